@@ -1,0 +1,87 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/ggml_type.h"
+#include "core/result.h"
+#include "core/thread_pool.h"
+
+namespace sieve {
+namespace {
+
+TEST(Fp16, RoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = fp16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    EXPECT_EQ(f32_to_fp16(f), h) << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_fp16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_fp16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);           // exactly halfway to inf -> inf
+  EXPECT_EQ(f32_to_fp16(1.0f + 0.5f / 1024), 0x3c00);  // tie -> even
+  EXPECT_EQ(f32_to_fp16(1.0f + 1.5f / 1024), 0x3c02);
+  EXPECT_EQ(fp16_to_f32(0x0001), 5.9604644775390625e-8f);
+}
+
+TEST(Bf16, Rounds) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-100, 100);
+  for (int i = 0; i < 1000; ++i) {
+    float f = d(rng);
+    EXPECT_NEAR(bf16_to_f32(f32_to_bf16(f)), f, std::fabs(f) / 128);
+  }
+}
+
+TEST(GgmlType, Table) {
+  EXPECT_EQ(type_info(GgmlType::Q4_K)->type_size, 144);
+  EXPECT_EQ(type_info(GgmlType::Q6_K)->type_size, 210);
+  EXPECT_EQ(type_info(GgmlType::Q5_0)->type_size, 22);
+  EXPECT_EQ(type_info(4), nullptr);
+  EXPECT_EQ(type_info(999), nullptr);
+  EXPECT_FALSE(type_info(GgmlType::Q2_K)->supported);
+  EXPECT_EQ(row_bytes(GgmlType::Q4_1, 576), 18 * 20);
+}
+
+TEST(Result, CarriesValueOrError) {
+  Result<int> a = 3;
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, 3);
+  Result<int> b = make_error("bad {} at {}", "field", 12);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.message(), "bad field at 12");
+  auto f = [](bool fail) -> Status {
+    SIEVE_TRY(fail ? Status(make_error("x")) : Status());
+    return {};
+  };
+  EXPECT_TRUE(f(false).ok());
+  EXPECT_FALSE(f(true).ok());
+}
+
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  for (int nt : {1, 2, 3}) {
+    ThreadPool pool(nt);
+    for (int64_t n : {0, 1, 5, 97, 1000}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, 3, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1);
+    }
+    // many back-to-back jobs (the decode pattern)
+    std::atomic<int64_t> sum{0};
+    for (int r = 0; r < 500; ++r) pool.run([&](int t, int) { sum += t + 1; });
+    EXPECT_EQ(sum.load(), 500LL * nt * (nt + 1) / 2);
+  }
+}
+
+}  // namespace
+}  // namespace sieve

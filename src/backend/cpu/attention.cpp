@@ -1,0 +1,281 @@
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/cpu_features.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SIEVE_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+namespace sieve {
+namespace {
+
+constexpr int kTile = 32;        // keys converted to f32 at once, shared by a block of rows
+constexpr int kBlockRows = 16;   // query rows (tokens x heads of the group) per block
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// s[t] = scale * dot(q, k[t]) for t < n.
+void tile_scores_ref(const float* q, const float* k, int n, int d, float scale, float* s) {
+  for (int t = 0; t < n; ++t) s[t] = scale * dot_f32(q, k + t * d, d);
+}
+// s[t] = exp(s[t] - m) (0 for -inf); returns the sum.
+float tile_exp_ref(float* s, int n, float m) {
+  float sum = 0;
+  for (int t = 0; t < n; ++t) {
+    s[t] = s[t] == kNegInf ? 0.0f : std::exp(s[t] - m);
+    sum += s[t];
+  }
+  return sum;
+}
+// o = o * alpha + sum_t p[t] * v[t]
+void tile_accum_ref(const float* p, const float* v, int n, int d, float alpha, float* o) {
+  for (int i = 0; i < d; ++i) o[i] *= alpha;
+  for (int t = 0; t < n; ++t) {
+    if (p[t] != 0.0f) axpy(p[t], v + t * d, o, d);
+  }
+}
+
+#if defined(__x86_64__)
+SIEVE_AVX2 inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+// exp(x) for x <= 0 (softmax after subtracting the max): range reduction to
+// r in [-ln2/2, ln2/2], degree-6 Taylor polynomial (rel. error ~2e-7), scale by 2^n.
+// Inputs below -87 (and -inf) give exactly 0.
+SIEVE_AVX2 inline __m256 exp_neg(__m256 x) {
+  const __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(zero_mask, res);
+}
+
+SIEVE_AVX2 void tile_scores_avx2(const float* q, const float* k, int n, int d, float scale,
+                                 float* s) {
+  for (int t = 0; t < n; ++t) {
+    const float* kr = k + t * d;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= d; i += 16) {
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(kr + i + 8), a1);
+    }
+    for (; i + 8 <= d; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
+    float v = hsum(_mm256_add_ps(a0, a1));
+    for (; i < d; ++i) v += q[i] * kr[i];
+    s[t] = v * scale;
+  }
+}
+
+SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+    _mm256_storeu_ps(s + t, p);
+    acc = _mm256_add_ps(acc, p);
+  }
+  float sum = hsum(acc);
+  for (; t < n; ++t) {
+    s[t] = s[t] == kNegInf ? 0.0f : std::exp(s[t] - m);
+    sum += s[t];
+  }
+  return sum;
+}
+
+SIEVE_AVX2 void tile_accum_avx2(const float* p, const float* v, int n, int d, float alpha,
+                                float* o) {
+  if (d % 8 != 0) return tile_accum_ref(p, v, n, d, alpha, o);
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (int i = 0; i < d; i += 8) {
+    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
+    for (int t = 0; t < n; ++t) {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * d + i), acc);
+    }
+    _mm256_storeu_ps(o + i, acc);
+  }
+}
+#endif
+
+struct Kernels {
+  void (*scores)(const float*, const float*, int, int, float, float*);
+  float (*exp)(float*, int, float);
+  void (*accum)(const float*, const float*, int, int, float, float*);
+};
+
+const Kernels& kernels() {
+  static const Kernels k = [] {
+#if defined(__x86_64__)
+    if (use_avx2()) return Kernels{tile_scores_avx2, tile_exp_avx2, tile_accum_avx2};
+#endif
+    return Kernels{tile_scores_ref, tile_exp_ref, tile_accum_ref};
+  }();
+  return k;
+}
+
+// Number of key-set entries whose position is < p (positions ascend along the set).
+int32_t lower_bound_pos(const KvHeadView& kv, const KeySet& ks, int32_t p) {
+  int32_t lo = 0, hi = ks.idx ? ks.n_idx : ks.end - ks.begin;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    const int32_t j = ks.idx ? ks.idx[mid] : ks.begin + mid;
+    if (kv.position(j) < p) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+}  // namespace
+
+void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o, float* m_out,
+            float* l_out) {
+  const Kernels& K = kernels();
+  const int d = q.head_dim;
+  const int G = q.n_group;
+  const int64_t n_rows = static_cast<int64_t>(q.n_q) * G;
+  thread_local std::vector<float> kt, vt, s, ms, ls;
+  kt.resize(static_cast<size_t>(kTile) * d);
+  vt.resize(static_cast<size_t>(kTile) * d);
+  s.resize(kTile);
+  float* m = m_out;
+  float* l = l_out;
+  if (!m) {
+    ms.resize(n_rows);
+    ls.resize(n_rows);
+    m = ms.data();
+    l = ls.data();
+  }
+  std::fill(o, o + n_rows * d, 0.0f);
+  std::fill(m, m + n_rows, kNegInf);
+  std::fill(l, l + n_rows, 0.0f);
+
+  int32_t kpos[kTile];
+  const int tokens_per_block = std::max(1, kBlockRows / G);
+  for (int32_t t0 = 0; t0 < q.n_q; t0 += tokens_per_block) {
+    const int32_t t1 = std::min(q.n_q, t0 + tokens_per_block);
+    const int32_t pmin = q.q_pos[t0], pmax = q.q_pos[t1 - 1];
+    // Keys some row of the block can see: positions in (pmin - window, pmax].
+    const int32_t first = q.window > 0 ? lower_bound_pos(kv, keys, pmin - q.window + 1) : 0;
+    const int32_t last = lower_bound_pos(kv, keys, pmax + 1);
+    for (int32_t c0 = first; c0 < last; c0 += kTile) {
+      const int n = std::min<int32_t>(kTile, last - c0);
+      for (int t = 0; t < n; ++t) {
+        const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
+        f16_to_f32_row(kv.k_row(j), kt.data() + t * d, d);
+        f16_to_f32_row(kv.v_row(j), vt.data() + t * d, d);
+        kpos[t] = kv.position(j);
+      }
+      for (int32_t tq = t0; tq < t1; ++tq) {
+        const int32_t qp = q.q_pos[tq];
+        for (int g = 0; g < G; ++g) {
+          const int64_t r = static_cast<int64_t>(tq) * G + g;
+          K.scores(q.q + r * d, kt.data(), n, d, q.scale, s.data());
+          float mt = kNegInf;
+          for (int t = 0; t < n; ++t) {
+            const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window);
+            if (!vis) s[t] = kNegInf;
+            mt = std::max(mt, s[t]);
+          }
+          if (mt == kNegInf) continue;
+          const float m_new = std::max(m[r], mt);
+          const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+          const float sum = K.exp(s.data(), n, m_new);
+          l[r] = l[r] * alpha + sum;
+          K.accum(s.data(), vt.data(), n, d, alpha, o + r * d);
+          m[r] = m_new;
+        }
+      }
+    }
+  }
+  if (!m_out) normalize_attn(o, l, n_rows, d);
+}
+
+void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,
+                const float* l_b, int64_t n_rows, int32_t head_dim) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    if (m_b[r] == kNegInf) continue;
+    float* oa = o_a + r * head_dim;
+    const float* ob = o_b + r * head_dim;
+    if (m_a[r] == kNegInf) {
+      std::copy(ob, ob + head_dim, oa);
+      m_a[r] = m_b[r];
+      l_a[r] = l_b[r];
+      continue;
+    }
+    const float m = std::max(m_a[r], m_b[r]);
+    const float ca = std::exp(m_a[r] - m), cb = std::exp(m_b[r] - m);
+    for (int i = 0; i < head_dim; ++i) oa[i] = oa[i] * ca + ob[i] * cb;
+    l_a[r] = l_a[r] * ca + l_b[r] * cb;
+    m_a[r] = m;
+  }
+}
+
+void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int i = 0; i < head_dim; ++i) o[r * head_dim + i] *= inv;
+  }
+}
+
+void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o) {
+  const int d = q.head_dim;
+  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  std::vector<float> k(d), v(d);
+  std::vector<double> sc(n_keys), acc(d);
+  for (int32_t tq = 0; tq < q.n_q; ++tq) {
+    const int32_t qp = q.q_pos[tq];
+    for (int g = 0; g < q.n_group; ++g) {
+      const float* qr = q.q + (static_cast<int64_t>(tq) * q.n_group + g) * d;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int32_t i = 0; i < n_keys; ++i) {
+        const int32_t j = keys.idx ? keys.idx[i] : keys.begin + i;
+        const int32_t kp = kv.position(j);
+        if (kp > qp || (q.window > 0 && qp - kp >= q.window)) {
+          sc[i] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        f16_to_f32_row(kv.k_row(j), k.data(), d);
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += static_cast<double>(qr[c]) * k[c];
+        sc[i] = dot * q.scale;
+        mx = std::max(mx, sc[i]);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double sum = 0;
+      for (int32_t i = 0; i < n_keys && mx > -std::numeric_limits<double>::infinity(); ++i) {
+        if (sc[i] == -std::numeric_limits<double>::infinity()) continue;
+        const double p = std::exp(sc[i] - mx);
+        sum += p;
+        const int32_t j = keys.idx ? keys.idx[i] : keys.begin + i;
+        f16_to_f32_row(kv.v_row(j), v.data(), d);
+        for (int c = 0; c < d; ++c) acc[c] += p * v[c];
+      }
+      float* out = o + (static_cast<int64_t>(tq) * q.n_group + g) * d;
+      for (int c = 0; c < d; ++c) out[c] = sum > 0 ? static_cast<float>(acc[c] / sum) : 0.0f;
+    }
+  }
+}
+
+}  // namespace sieve

@@ -1,0 +1,60 @@
+// Softmax attention of query rows over a KV head stored in pages of f16 rows, on the CPU.
+// The same call serves dense attention (all keys), sliding windows, and sparse attention
+// over an index list; partial results over disjoint key sets merge exactly through their
+// (o, max, sum) states, so split-K decode and sink + window + selected parts compose.
+#pragma once
+
+#include <cstdint>
+
+namespace sieve {
+
+// One KV head of one layer of one sequence. Token j's K row is
+// k_pages[j / page_size] + (j % page_size) * row_stride (likewise V).
+struct KvHeadView {
+  const uint16_t* const* k_pages = nullptr;  // [n_pages] -> f16 rows
+  const uint16_t* const* v_pages = nullptr;
+  int32_t page_size = 1;
+  int64_t row_stride = 0;
+  int32_t n_tokens = 0;
+  const int32_t* pos = nullptr;  // [n_tokens] position of each token, ascending; nullptr: pos = j
+
+  const uint16_t* k_row(int32_t j) const { return k_pages[j / page_size] + (j % page_size) * row_stride; }
+  const uint16_t* v_row(int32_t j) const { return v_pages[j / page_size] + (j % page_size) * row_stride; }
+  int32_t position(int32_t j) const { return pos ? pos[j] : j; }
+};
+
+struct AttnQuery {
+  const float* q = nullptr;        // [n_q, n_group, head_dim] the query rows of one KV group
+  const int32_t* q_pos = nullptr;  // [n_q] positions, ascending
+  int32_t n_q = 0;
+  int32_t n_group = 1;             // query heads sharing this KV head
+  int32_t head_dim = 0;
+  float scale = 1.0f;
+  int32_t window = 0;              // > 0: key visible iff 0 <= q_pos - k_pos < window
+};
+
+// Which keys to read: an ascending index list, or the range [begin, end) when idx == nullptr.
+struct KeySet {
+  const int32_t* idx = nullptr;
+  int32_t n_idx = 0;
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+
+// o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`
+// (causal: k_pos <= q_pos). With m_out/l_out given, o is left unnormalised and the
+// running max and sum per row are written ([n_q * n_group] each) for merge_attn();
+// otherwise o is normalised (rows with no visible key are zero).
+void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o,
+            float* m_out = nullptr, float* l_out = nullptr);
+
+// Folds partial state (o_b, m_b, l_b) into (o_a, m_a, l_a) for n_rows rows of head_dim.
+void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,
+                const float* l_b, int64_t n_rows, int32_t head_dim);
+// o[r] /= l[r] (zero when l[r] == 0).
+void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim);
+
+// Double-precision reference of attend() (tests): normalised output.
+void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o);
+
+}  // namespace sieve

@@ -1,0 +1,153 @@
+#include "backend/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/fp16.h"
+
+namespace sieve {
+namespace {
+
+// A paged KV head with awkward sizes, random contents.
+struct PagedHead {
+  int d, page_size, n_tokens;
+  std::vector<std::vector<uint16_t>> kp, vp;
+  std::vector<const uint16_t*> kptr, vptr;
+  std::vector<int32_t> pos;
+  PagedHead(int d_, int ps, int n, std::mt19937& rng, int pos_stride = 1) : d(d_), page_size(ps), n_tokens(n) {
+    std::normal_distribution<float> nd(0, 1);
+    const int n_pages = (n + ps - 1) / ps;
+    kp.resize(n_pages);
+    vp.resize(n_pages);
+    for (int p = 0; p < n_pages; ++p) {
+      kp[p].resize(ps * d);
+      vp[p].resize(ps * d);
+      for (auto& x : kp[p]) x = f32_to_fp16(nd(rng));
+      for (auto& x : vp[p]) x = f32_to_fp16(nd(rng));
+      kptr.push_back(kp[p].data());
+      vptr.push_back(vp[p].data());
+    }
+    for (int j = 0; j < n; ++j) pos.push_back(j * pos_stride + 3);
+  }
+  KvHeadView view() const {
+    KvHeadView v;
+    v.k_pages = kptr.data();
+    v.v_pages = vptr.data();
+    v.page_size = page_size;
+    v.row_stride = d;
+    v.n_tokens = n_tokens;
+    v.pos = pos.data();
+    return v;
+  }
+};
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+class AttendTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};
+
+TEST_P(AttendTest, MatchesDoubleReference) {
+  const auto [d, G, n_keys, n_q, window] = GetParam();
+  std::mt19937 rng(d * 131 + G * 7 + n_keys + window);
+  PagedHead kv(d, 16, n_keys, rng, 2);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(n_q) * G * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> qpos(n_q);
+  // the last n_q tokens as queries (prefill chunk / decode), positions of the KV
+  for (int t = 0; t < n_q; ++t) qpos[t] = kv.pos[n_keys - n_q + t];
+  AttnQuery aq{q.data(), qpos.data(), n_q, G, d, 1.0f / std::sqrt(static_cast<float>(d)), window};
+  KeySet all{nullptr, 0, 0, n_keys};
+  std::vector<float> o(q.size()), ref(q.size());
+  attend(aq, kv.view(), all, o.data());
+  attend_ref(aq, kv.view(), all, ref.data());
+  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
+
+  // Split the keys in three parts (sparse index list, range, range) and merge the states.
+  std::vector<int32_t> idx;
+  for (int j = 0; j < n_keys / 3; ++j) idx.push_back(j);
+  KeySet a{idx.data(), static_cast<int32_t>(idx.size()), 0, 0};
+  KeySet b{nullptr, 0, n_keys / 3, 2 * n_keys / 3};
+  KeySet c{nullptr, 0, 2 * n_keys / 3, n_keys};
+  const int64_t rows = static_cast<int64_t>(n_q) * G;
+  std::vector<float> oa(q.size()), ob(q.size()), ma(rows), la(rows), mb(rows), lb(rows);
+  attend(aq, kv.view(), a, oa.data(), ma.data(), la.data());
+  attend(aq, kv.view(), b, ob.data(), mb.data(), lb.data());
+  merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+  attend(aq, kv.view(), c, ob.data(), mb.data(), lb.data());
+  merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+  normalize_attn(oa.data(), la.data(), rows, d);
+  EXPECT_LT(max_abs_diff(oa, ref), 2e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttendTest,
+                         ::testing::Values(std::make_tuple(64, 3, 97, 1, 0),
+                                           std::make_tuple(64, 3, 97, 17, 0),
+                                           std::make_tuple(64, 3, 300, 41, 0),
+                                           std::make_tuple(256, 4, 130, 9, 0),
+                                           std::make_tuple(256, 4, 700, 33, 64),
+                                           std::make_tuple(64, 1, 45, 45, 10),
+                                           std::make_tuple(24, 2, 50, 5, 0)));
+
+TEST(Attend, SparseIndexListEqualsReference) {
+  std::mt19937 rng(5);
+  PagedHead kv(64, 8, 211, rng);
+  std::vector<int32_t> idx;
+  for (int j = 0; j < 211; j += 3) idx.push_back(j);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(3 * 64);
+  for (auto& x : q) x = nd(rng);
+  int32_t qpos = kv.pos.back();
+  AttnQuery aq{q.data(), &qpos, 1, 3, 64, 0.125f, 0};
+  KeySet ks{idx.data(), static_cast<int32_t>(idx.size()), 0, 0};
+  std::vector<float> o(q.size()), ref(q.size());
+  attend(aq, kv.view(), ks, o.data());
+  attend_ref(aq, kv.view(), ks, ref.data());
+  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
+}
+
+TEST(Attend, NoVisibleKeyGivesZero) {
+  std::mt19937 rng(9);
+  PagedHead kv(64, 4, 10, rng);
+  std::vector<float> q(64, 1.0f), o(64, 5.0f);
+  int32_t qpos = 0;  // every key position is >= 3
+  AttnQuery aq{q.data(), &qpos, 1, 1, 64, 0.125f, 0};
+  attend(aq, kv.view(), KeySet{nullptr, 0, 0, 10}, o.data());
+  for (float x : o) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Rope, NormAndNeoxRotatePairs) {
+  std::vector<float> x = {1, 0, 0, 1, 1, 0, 0, 1};
+  int32_t pos = 1;
+  std::vector<float> a = x;
+  rope(a.data(), &pos, 1, 1, 8, 8, 10000.0f, RopeMode::norm);
+  // pair (0,1) rotated by angle 1
+  EXPECT_NEAR(a[0], std::cos(1.0f), 1e-6);
+  EXPECT_NEAR(a[1], std::sin(1.0f), 1e-6);
+  std::vector<float> b = x;
+  rope(b.data(), &pos, 1, 1, 8, 8, 10000.0f, RopeMode::neox);
+  // pair (0,4): x0 = 1, x4 = 1 rotated by angle 1
+  EXPECT_NEAR(b[0], std::cos(1.0f) - std::sin(1.0f), 1e-6);
+  EXPECT_NEAR(b[4], std::sin(1.0f) + std::cos(1.0f), 1e-6);
+  // norms are preserved
+  double na = 0, nx = 0;
+  for (int i = 0; i < 8; ++i) na += a[i] * a[i], nx += x[i] * x[i];
+  EXPECT_NEAR(na, nx, 1e-5);
+}
+
+TEST(RmsNorm, MatchesFormula) {
+  std::vector<float> x = {1, 2, 3, 4}, w = {1, 0.5f, 2, 1}, o(4);
+  rms_norm(x.data(), w.data(), 1e-5f, 1, 4, o.data());
+  const float s = 1.0f / std::sqrt(7.5f + 1e-5f);
+  EXPECT_NEAR(o[2], 3 * s * 2, 1e-6);
+}
+
+}  // namespace
+}  // namespace sieve

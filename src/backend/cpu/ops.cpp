@@ -1,0 +1,151 @@
+#include "backend/cpu/ops.h"
+
+#include <cmath>
+
+#include "core/cpu_features.h"
+#include "core/fp16.h"
+#include "core/rope_mode.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define SIEVE_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+namespace sieve {
+namespace {
+
+#if defined(__x86_64__)
+SIEVE_AVX2 float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+SIEVE_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float s = hsum256(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+SIEVE_AVX2 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+SIEVE_AVX2 void f32_to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
+SIEVE_AVX2 void f16_to_f32_avx2(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  }
+  for (; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+#endif
+
+}  // namespace
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2()) return dot_avx2(a, b, n);
+#endif
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2()) return axpy_avx2(a, x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2()) return f32_to_f16_avx2(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+
+void f16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (use_avx2()) return f16_to_f32_avx2(x, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+
+void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t n, float* out) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
+  }
+}
+
+void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
+          float base, RopeMode mode) {
+  const int half = n_rot / 2;
+  // inv_freq[i] = base^(-2i/n_rot); the angle is formed in double so that positions in the
+  // hundreds of thousands keep their precision.
+  double inv_freq[512];
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+  float cs[512], sn[512];
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double ang = static_cast<double>(pos[t]) * inv_freq[i];
+      cs[i] = static_cast<float>(std::cos(ang));
+      sn[i] = static_cast<float>(std::sin(ang));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const int a = mode == RopeMode::norm ? 2 * i : i;
+        const int b = mode == RopeMode::norm ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[i] - x1 * sn[i];
+        v[b] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
+  }
+}
+
+}  // namespace sieve

@@ -1,0 +1,229 @@
+#include "engine/forward.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/ops.h"
+
+namespace sieve {
+
+Forward::Forward(const Model& model, ThreadPool& pool) : model_(model), pool_(pool) {}
+
+Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logits) {
+  const ModelHParams& hp = model_.hp;
+  const ModelWeights& w = model_.w;
+  int64_t n_tok = 0;
+  entry_offset_.clear();
+  for (const BatchEntry& e : batch) {
+    if (e.tokens.empty()) return make_error("forward: an entry of the batch has no tokens");
+    entry_offset_.push_back(n_tok);
+    n_tok += static_cast<int64_t>(e.tokens.size());
+  }
+  if (n_tok == 0) return make_error("forward: empty batch");
+  for (const BatchEntry& e : batch) {
+    for (int32_t t : e.tokens) {
+      if (t < 0 || t >= hp.n_vocab) {
+        return make_error("forward: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
+      }
+    }
+  }
+  // Plan: every sequence must have room before anything is written.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Status s = batch[i].kv->reserve(static_cast<int32_t>(batch[i].tokens.size()));
+    if (!s.ok()) return s;
+  }
+
+  const int64_t E = hp.n_embd;
+  h_.resize(n_tok * E);
+  x_.resize(n_tok * E);
+  q_.resize(n_tok * hp.q_dim());
+  k_.resize(n_tok * hp.kv_dim());
+  v_.resize(n_tok * hp.kv_dim());
+  attn_.resize(n_tok * hp.q_dim());
+  tmp_.resize(n_tok * E);
+  gate_.resize(n_tok * hp.n_ff);
+  up_.resize(n_tok * hp.n_ff);
+  pos_.resize(n_tok);
+
+  // Embeddings and positions; positions are committed to the KV first so that each layer's
+  // attention sees the chunk's own tokens once their rows are written.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchEntry& e = batch[i];
+    const int64_t off = entry_offset_[i];
+    const int32_t base = e.kv->n_tokens();
+    for (size_t t = 0; t < e.tokens.size(); ++t) {
+      pos_[off + t] = e.positions ? e.positions[t] : base + static_cast<int32_t>(t);
+    }
+    e.kv->commit(pos_.data() + off, static_cast<int32_t>(e.tokens.size()));
+  }
+  pool_.parallel_for(n_tok, 8, [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      // token of batch row t
+      size_t ei = std::upper_bound(entry_offset_.begin(), entry_offset_.end(), t) - entry_offset_.begin() - 1;
+      const int32_t tok = batch[ei].tokens[t - entry_offset_[ei]];
+      float* row = h_.data() + t * E;
+      get_row(w.tok_embd, tok, row);
+      if (hp.embd_scale != 1.0f) {
+        for (int64_t c = 0; c < E; ++c) row[c] *= hp.embd_scale;
+      }
+    }
+  });
+
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& L = w.layers[il];
+    rms_norm(h_.data(), L.attn_norm, hp.rms_eps, n_tok, E, x_.data());
+    matmul(L.wq, x_.data(), n_tok, q_.data(), pool_, mm_);
+    matmul(L.wk, x_.data(), n_tok, k_.data(), pool_, mm_);
+    matmul(L.wv, x_.data(), n_tok, v_.data(), pool_, mm_);
+    if (hp.qk_norm) {
+      rms_norm(q_.data(), L.q_norm, hp.rms_eps, n_tok * hp.n_head, hp.head_dim, q_.data());
+      rms_norm(k_.data(), L.k_norm, hp.rms_eps, n_tok * hp.n_head_kv, hp.head_dim, k_.data());
+    }
+    rope(q_.data(), pos_.data(), n_tok, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+    rope(k_.data(), pos_.data(), n_tok, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const BatchEntry& e = batch[i];
+      const int64_t off = entry_offset_[i];
+      const int32_t first = e.kv->n_tokens() - static_cast<int32_t>(e.tokens.size());
+      for (size_t t = 0; t < e.tokens.size(); ++t) {
+        f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim(), e.kv->k_row(il, first + t), hp.kv_dim());
+        f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), e.kv->v_row(il, first + t), hp.kv_dim());
+      }
+    }
+    attention_layer(il, batch);
+    matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
+    if (hp.post_norms) rms_norm(tmp_.data(), L.post_attn_norm, hp.rms_eps, n_tok, E, tmp_.data());
+    for (int64_t i = 0; i < n_tok * E; ++i) h_[i] += tmp_[i];
+
+    rms_norm(h_.data(), L.ffn_norm, hp.rms_eps, n_tok, E, x_.data());
+    matmul(L.w_gate, x_.data(), n_tok, gate_.data(), pool_, mm_);
+    matmul(L.w_up, x_.data(), n_tok, up_.data(), pool_, mm_);
+    pool_.parallel_for(n_tok, 4, [&](int64_t b, int64_t end) {
+      float* g = gate_.data() + b * hp.n_ff;
+      const float* u = up_.data() + b * hp.n_ff;
+      if (hp.act == FfnAct::silu) silu_mul(g, u, (end - b) * hp.n_ff);
+      else gelu_tanh_mul(g, u, (end - b) * hp.n_ff);
+    });
+    matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_, mm_);
+    if (hp.post_norms) rms_norm(tmp_.data(), L.post_ffn_norm, hp.rms_eps, n_tok, E, tmp_.data());
+    for (int64_t i = 0; i < n_tok * E; ++i) h_[i] += tmp_[i];
+  }
+
+  // Logits only for the rows asked for.
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t off = entry_offset_[i], n = static_cast<int64_t>(batch[i].tokens.size());
+    if (batch[i].all_logits) {
+      for (int64_t t = 0; t < n; ++t) rows.push_back(off + t);
+    } else {
+      rows.push_back(off + n - 1);
+    }
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rms_norm(h_.data() + rows[r] * E, w.output_norm, hp.rms_eps, 1, E, x_.data() + r * E);
+  }
+  logits.resize(rows.size() * static_cast<size_t>(hp.n_vocab));
+  matmul(w.output, x_.data(), static_cast<int64_t>(rows.size()), logits.data(), pool_, mm_);
+  return {};
+}
+
+void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
+  const ModelHParams& hp = model_.hp;
+  const int G = hp.n_gqa();
+  const int d = hp.head_dim;
+  const int32_t window = hp.layer_kind[il] == LayerKind::sliding ? hp.sliding_window : 0;
+
+  // Tasks: (entry, kv head, block of query tokens). A lone decode token over a long KV is
+  // split by keys instead, and the partial states are merged afterwards.
+  struct Task {
+    int entry, kv_head;
+    int32_t t0, t1;        // query tokens of the entry
+    int32_t k0, k1;        // key range (split-K), or k1 < 0 for all keys
+    int split;             // index into partial buffers (-1: writes attn_ directly)
+  };
+  std::vector<Task> tasks;
+  std::vector<KvHeadView> views(batch.size() * hp.n_head_kv);
+  const int n_threads = pool_.size();
+  int n_split_rows = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int32_t n_q = static_cast<int32_t>(batch[i].tokens.size());
+    for (int h = 0; h < hp.n_head_kv; ++h) {
+      views[i * hp.n_head_kv + h] = batch[i].kv->view(il, h);
+      const int32_t n_keys = views[i * hp.n_head_kv + h].n_tokens;
+      if (n_q == 1 && n_keys >= 256 && n_threads > 1) {
+        const int n_parts = std::min<int>(2 * n_threads, n_keys / 128);
+        for (int p = 0; p < n_parts; ++p) {
+          tasks.push_back({static_cast<int>(i), h, 0, 1, static_cast<int32_t>(int64_t(n_keys) * p / n_parts),
+                           static_cast<int32_t>(int64_t(n_keys) * (p + 1) / n_parts), n_split_rows++});
+        }
+      } else {
+        constexpr int32_t kQBlock = 32;
+        for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
+          tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), 0, -1, -1});
+        }
+      }
+    }
+  }
+  // Later query blocks see more keys: hand out tasks dynamically.
+  std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);
+  std::vector<float> part_m(static_cast<size_t>(n_split_rows) * G), part_l(part_m.size());
+  std::atomic<size_t> next{0};
+  const int64_t qd = hp.q_dim();
+  pool_.run([&](int, int) {
+    std::vector<float> qbuf, obuf;
+    for (size_t ti = next++; ti < tasks.size(); ti = next++) {
+      const Task& tk = tasks[ti];
+      const BatchEntry& e = batch[tk.entry];
+      const int64_t off = entry_offset_[tk.entry];
+      const int32_t nq = tk.t1 - tk.t0;
+      // gather the group's query rows: [nq, G, d]
+      qbuf.resize(static_cast<size_t>(nq) * G * d);
+      for (int32_t t = 0; t < nq; ++t) {
+        const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+        std::copy(src, src + G * d, qbuf.data() + static_cast<size_t>(t) * G * d);
+      }
+      AttnQuery aq{qbuf.data(), pos_.data() + off + tk.t0, nq, G, d, hp.attn_scale, window};
+      const KvHeadView& kv = views[tk.entry * hp.n_head_kv + tk.kv_head];
+      if (tk.split >= 0) {
+        attend(aq, kv, KeySet{nullptr, 0, tk.k0, tk.k1},
+               part_o.data() + static_cast<size_t>(tk.split) * G * d,
+               part_m.data() + static_cast<size_t>(tk.split) * G,
+               part_l.data() + static_cast<size_t>(tk.split) * G);
+        continue;
+      }
+      obuf.resize(qbuf.size());
+      attend(aq, kv, KeySet{nullptr, 0, 0, kv.n_tokens}, obuf.data());
+      for (int32_t t = 0; t < nq; ++t) {
+        float* dst = attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+        std::copy(obuf.data() + static_cast<size_t>(t) * G * d, obuf.data() + static_cast<size_t>(t + 1) * G * d, dst);
+      }
+    }
+  });
+  // Merge split-K partial states in order (tasks of one (entry, head) are consecutive).
+  for (size_t ti = 0; ti < tasks.size();) {
+    const Task& first = tasks[ti];
+    if (first.split < 0) {
+      ++ti;
+      continue;
+    }
+    float* o = part_o.data() + static_cast<size_t>(first.split) * G * d;
+    float* m = part_m.data() + static_cast<size_t>(first.split) * G;
+    float* l = part_l.data() + static_cast<size_t>(first.split) * G;
+    size_t tj = ti + 1;
+    for (; tj < tasks.size() && tasks[tj].split >= 0 && tasks[tj].entry == first.entry &&
+           tasks[tj].kv_head == first.kv_head;
+         ++tj) {
+      const int s = tasks[tj].split;
+      merge_attn(o, m, l, part_o.data() + static_cast<size_t>(s) * G * d,
+                 part_m.data() + static_cast<size_t>(s) * G, part_l.data() + static_cast<size_t>(s) * G, G, d);
+    }
+    normalize_attn(o, l, G, d);
+    float* dst = attn_.data() + entry_offset_[first.entry] * qd + static_cast<int64_t>(first.kv_head) * G * d;
+    std::copy(o, o + G * d, dst);
+    ti = tj;
+  }
+}
+
+}  // namespace sieve

@@ -1,0 +1,56 @@
+// Single-sequence generation: chunked prefill, then decode with a sampler, streaming tokens
+// through a callback. `sieve run` and `sieve bench` use it; the scheduler drives Forward
+// directly for many sequences at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/sampler.h"
+
+namespace sieve {
+
+struct GenerateOptions {
+  int32_t n_predict = 256;     // max tokens to generate (0: prefill only)
+  int32_t n_batch = 512;       // prefill chunk size
+  SamplerParams sampling;
+  bool stop_at_eog = true;
+  // Called once per prefill chunk with (tokens done, total).
+  std::function<void(int64_t, int64_t)> on_prefill_progress;
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t kv_bytes = 0;
+  bool stopped_by_eog = false;
+  double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0; }
+  double decode_tok_s() const {
+    return decode_ms > 0 ? completion_tokens * 1000.0 / decode_ms : 0;
+  }
+};
+
+class Generator {
+ public:
+  Generator(const Model& model, ThreadPool& pool, int32_t n_ctx);
+  int32_t n_ctx() const { return n_ctx_; }
+  // on_token(id) returns false to stop. The prompt must fit: prompt + n_predict <= n_ctx is
+  // not required (generation stops at the context end), but the prompt alone must fit.
+  Result<GenerateStats> generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                 const std::function<bool(int32_t)>& on_token);
+  // The logits of every prompt position (tests, fixtures): [n_prompt, n_vocab].
+  Result<std::vector<float>> prompt_logits(std::span<const int32_t> prompt, int32_t n_batch);
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  int32_t n_ctx_;
+  Forward fwd_;
+};
+
+}  // namespace sieve

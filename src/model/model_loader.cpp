@@ -1,0 +1,88 @@
+#include "model/model_loader.h"
+
+#include <cmath>
+
+namespace sieve {
+
+Result<WeightView> TensorBinder::matrix(const std::string& name, int64_t n_rows,
+                                        int64_t n_cols) const {
+  const GgufTensorInfo* t = f_.find_tensor(name);
+  if (!t) {
+    return make_error("model: tensor '{}' is missing from {}; the file is not a complete model",
+                      name, f_.path());
+  }
+  if (t->n_dims > 2 || t->ne[0] != n_cols || t->ne[1] != n_rows) {
+    return make_error("model: tensor '{}' has shape [{}, {}], expected [{}, {}] (ne0, ne1)", name,
+                      t->ne[0], t->ne[1], n_cols, n_rows);
+  }
+  const TypeInfo* ti = type_info(t->type);
+  if (!ti || !ti->supported) {
+    return make_error(
+        "model: tensor '{}' has type {}, which Sieve does not support yet (supported: F32, F16, "
+        "BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K); requantize the model",
+        name, ti ? ti->name : std::string_view("unknown"));
+  }
+  WeightView w;
+  w.type = t->type;
+  w.data = f_.tensor_data(*t);
+  w.n_rows = n_rows;
+  w.n_cols = n_cols;
+  return w;
+}
+
+Result<const float*> TensorBinder::vector(const std::string& name, int64_t n) const {
+  const GgufTensorInfo* t = f_.find_tensor(name);
+  if (!t) return make_error("model: tensor '{}' is missing from {}", name, f_.path());
+  if (t->n_elements() != n || t->type != GgmlType::F32) {
+    return make_error("model: tensor '{}' is {} with {} elements, expected F32 with {}", name,
+                      type_name(t->type), t->n_elements(), n);
+  }
+  return reinterpret_cast<const float*>(f_.tensor_data(*t));
+}
+
+Result<uint64_t> meta_uint(const GgufFile& f, const std::string& key) {
+  auto v = f.get_uint(key);
+  if (!v) {
+    if (f.find(key)) return make_error("model: metadata '{}' is not an unsigned integer", key);
+    return make_error("model: metadata '{}' is missing from {}", key, f.path());
+  }
+  return *v;
+}
+
+uint64_t meta_uint_or(const GgufFile& f, const std::string& key, uint64_t fallback) {
+  auto v = f.get_uint(key);
+  return v ? *v : fallback;
+}
+
+double meta_float_or(const GgufFile& f, const std::string& key, double fallback) {
+  auto v = f.get_float(key);
+  return v ? *v : fallback;
+}
+
+Status validate_hparams(const ModelHParams& hp) {
+  auto bad = [&](const char* what, int64_t v) {
+    return make_error("model: {} = {} is not valid for architecture {}", what, v, hp.arch);
+  };
+  if (hp.n_layer <= 0 || hp.n_layer > 4096) return bad("block_count", hp.n_layer);
+  if (hp.n_embd <= 0 || hp.n_embd > (1 << 16)) return bad("embedding_length", hp.n_embd);
+  if (hp.n_head <= 0 || hp.n_head > 1024) return bad("attention.head_count", hp.n_head);
+  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+    return bad("attention.head_count_kv", hp.n_head_kv);
+  if (hp.head_dim <= 0 || hp.head_dim > 1024 || hp.head_dim % 2 != 0)
+    return bad("attention.key_length", hp.head_dim);
+  if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    return bad("rope.dimension_count", hp.n_rot);
+  if (hp.n_ff <= 0) return bad("feed_forward_length", hp.n_ff);
+  if (hp.n_vocab <= 0) return bad("vocab_size", hp.n_vocab);
+  if (hp.n_ctx_train <= 0) return bad("context_length", hp.n_ctx_train);
+  if (static_cast<int32_t>(hp.layer_kind.size()) != hp.n_layer ||
+      static_cast<int32_t>(hp.rope_base.size()) != hp.n_layer)
+    return make_error("model: per-layer tables do not cover {} layers", hp.n_layer);
+  for (float b : hp.rope_base) {
+    if (!(b > 1.0f) || !std::isfinite(b)) return bad("rope.freq_base", static_cast<int64_t>(b));
+  }
+  if (!(hp.rms_eps > 0) || !(hp.attn_scale > 0)) return bad("layer_norm_rms_epsilon", 0);
+  return {};
+}
+
+}  // namespace sieve

@@ -1,0 +1,38 @@
+// Helpers the per-architecture loaders (models/*.cpp) share: typed metadata reads with
+// clear errors, and tensor binding that checks names, shapes and types.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+#include "model/model.h"
+
+namespace sieve {
+
+class TensorBinder {
+ public:
+  explicit TensorBinder(const GgufFile& f) : f_(f) {}
+  // A 2-D weight of n_rows x n_cols in any supported type.
+  Result<WeightView> matrix(const std::string& name, int64_t n_rows, int64_t n_cols) const;
+  // A 1-D f32 vector of n elements.
+  Result<const float*> vector(const std::string& name, int64_t n) const;
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+ private:
+  const GgufFile& f_;
+};
+
+// Reads {arch}.key as an unsigned integer; error if missing (when required) or not an integer.
+Result<uint64_t> meta_uint(const GgufFile& f, const std::string& key);
+uint64_t meta_uint_or(const GgufFile& f, const std::string& key, uint64_t fallback);
+double meta_float_or(const GgufFile& f, const std::string& key, double fallback);
+
+// Checks the common invariants (head counts divide, dims positive, ...) once per model.
+Status validate_hparams(const ModelHParams& hp);
+
+// Architecture loaders: fill hp and weights from the file.
+Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
+Status load_gemma3(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
+
+}  // namespace sieve

@@ -1,0 +1,95 @@
+// Architecture "llama" (SmolLM2 and the Llama family): pre-norm blocks, GQA attention with
+// RoPE in NORM mode (the GGUF converter permutes Q/K rows so adjacent pairs rotate),
+// SwiGLU FFN, RMSNorm without +1, optional tied output.
+#include <cmath>
+
+#include "model/model_loader.h"
+
+namespace sieve {
+
+Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
+  const std::string a = "llama.";
+  auto u = [&](const char* k) { return meta_uint(f, a + k); };
+  auto n_layer = u("block_count");
+  if (!n_layer) return n_layer.error();
+  auto n_embd = u("embedding_length");
+  if (!n_embd) return n_embd.error();
+  auto n_head = u("attention.head_count");
+  if (!n_head) return n_head.error();
+  auto n_ff = u("feed_forward_length");
+  if (!n_ff) return n_ff.error();
+  auto n_ctx = u("context_length");
+  if (!n_ctx) return n_ctx.error();
+  // Counts beyond these bounds are rejected by validate_hparams; clamp before narrowing.
+  auto narrow = [](uint64_t v) { return static_cast<int32_t>(std::min<uint64_t>(v, 1u << 30)); };
+  hp.n_layer = narrow(*n_layer);
+  hp.n_embd = narrow(*n_embd);
+  hp.n_head = narrow(*n_head);
+  hp.n_ff = narrow(*n_ff);
+  hp.n_ctx_train = narrow(*n_ctx);
+  hp.n_head_kv = narrow(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
+  hp.head_dim = hp.n_head > 0 ? hp.n_embd / hp.n_head : 0;
+  hp.head_dim = narrow(meta_uint_or(f, a + "attention.key_length", hp.head_dim));
+  hp.n_rot = narrow(meta_uint_or(f, a + "rope.dimension_count", hp.head_dim));
+  hp.rms_eps = static_cast<float>(meta_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-5));
+  const float base = static_cast<float>(meta_float_or(f, a + "rope.freq_base", 10000.0));
+  hp.rope_mode = RopeMode::norm;
+  hp.act = FfnAct::silu;
+  hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0;
+  hp.layer_kind.assign(hp.n_layer > 0 ? hp.n_layer : 0, LayerKind::full);
+  hp.rope_base.assign(hp.layer_kind.size(), base);
+  if (auto scaling = f.get_string(a + "rope.scaling.type"); scaling && *scaling != "none") {
+    return make_error("model: llama rope scaling '{}' is not supported yet", *scaling);
+  }
+
+  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) return make_error("model: tensor 'token_embd.weight' is missing from {}", f.path());
+  hp.n_vocab = narrow(meta_uint_or(f, a + "vocab_size", static_cast<uint64_t>(emb->ne[1])));
+  SIEVE_TRY(validate_hparams(hp));
+
+  TensorBinder b(f);
+  auto tok = b.matrix("token_embd.weight", hp.n_vocab, hp.n_embd);
+  if (!tok) return tok.error();
+  w.tok_embd = *tok;
+  hp.tied_output = !b.has("output.weight");
+  if (hp.tied_output) {
+    w.output = w.tok_embd;
+  } else {
+    auto out = b.matrix("output.weight", hp.n_vocab, hp.n_embd);
+    if (!out) return out.error();
+    w.output = *out;
+  }
+  auto onorm = b.vector("output_norm.weight", hp.n_embd);
+  if (!onorm) return onorm.error();
+  w.output_norm = *onorm;
+
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LayerWeights& L = w.layers[il];
+    auto m = [&](const char* n, int64_t r, int64_t c, WeightView& dst) -> Status {
+      auto v = b.matrix(p + n, r, c);
+      if (!v) return v.error();
+      dst = *v;
+      return {};
+    };
+    auto v = [&](const char* n, int64_t len, const float*& dst) -> Status {
+      auto r = b.vector(p + n, len);
+      if (!r) return r.error();
+      dst = *r;
+      return {};
+    };
+    SIEVE_TRY(v("attn_norm.weight", hp.n_embd, L.attn_norm));
+    SIEVE_TRY(m("attn_q.weight", hp.q_dim(), hp.n_embd, L.wq));
+    SIEVE_TRY(m("attn_k.weight", hp.kv_dim(), hp.n_embd, L.wk));
+    SIEVE_TRY(m("attn_v.weight", hp.kv_dim(), hp.n_embd, L.wv));
+    SIEVE_TRY(m("attn_output.weight", hp.n_embd, hp.q_dim(), L.wo));
+    SIEVE_TRY(v("ffn_norm.weight", hp.n_embd, L.ffn_norm));
+    SIEVE_TRY(m("ffn_gate.weight", hp.n_ff, hp.n_embd, L.w_gate));
+    SIEVE_TRY(m("ffn_up.weight", hp.n_ff, hp.n_embd, L.w_up));
+    SIEVE_TRY(m("ffn_down.weight", hp.n_embd, hp.n_ff, L.w_down));
+  }
+  return {};
+}
+
+}  // namespace sieve

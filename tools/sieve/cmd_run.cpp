@@ -1,0 +1,134 @@
+// sieve run: answer a prompt (optionally about a document) with streaming output.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "command.h"
+#include "core/log.h"
+#include "engine/generate.h"
+#include "model_cache.h"
+#include "run_common.h"
+
+namespace sieve::cli {
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::string prompt, file;
+  bool chat = false;
+  int32_t n_predict = 256;
+  SamplingFlags sampling;
+  PolicyFlags policy;
+  bool json = false;
+};
+
+// Holds back an incomplete UTF-8 sequence at the end so that streamed text never splits a
+// character across writes.
+size_t complete_utf8_prefix(const std::string& s) {
+  size_t n = s.size();
+  size_t i = n;
+  int back = 0;
+  while (i > 0 && back < 4) {
+    const unsigned char c = static_cast<unsigned char>(s[i - 1]);
+    if ((c & 0xC0) != 0x80) {
+      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      return (n - (i - 1)) >= static_cast<size_t>(len) ? n : i - 1;
+    }
+    --i;
+    ++back;
+  }
+  return n;
+}
+
+int run(const RunOptions& o) {
+  if (o.prompt.empty() && o.file.empty()) throw UserError("nothing to answer: give -p TEXT and/or -f FILE");
+  std::string document;
+  if (!o.file.empty()) {
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) throw UserError("cannot read the document " + o.file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    document = ss.str();
+  }
+  LoadedModel lm = load_for_run(o.model);
+  check_policy(o.policy);
+  const Tokenizer& tok = *lm.model->tokenizer;
+  const std::string text = build_prompt_text(*lm.model, document, o.prompt, o.chat);
+  std::vector<int32_t> ids = tok.encode(text, tok.add_bos(), o.chat);
+  log_debug("prompt: {} tokens", ids.size());
+
+  GenerateOptions g;
+  g.n_predict = o.n_predict;
+  g.sampling = o.sampling.params();
+  const bool tty = isatty(2) && !o.json;
+  if (tty && ids.size() > 1024) {
+    g.on_prefill_progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rprefill %lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+    };
+  }
+  Generator gen(*lm.model, *lm.pool, lm.n_ctx);
+  std::string out, pending;
+  std::vector<int32_t> out_ids;
+  auto r = gen.generate(ids, g, [&](int32_t t) {
+    out_ids.push_back(t);
+    const std::string piece = tok.token_to_piece(t);
+    out += piece;
+    if (!o.json) {
+      pending += piece;
+      const size_t n = complete_utf8_prefix(pending);
+      std::fwrite(pending.data(), 1, n, stdout);
+      std::fflush(stdout);
+      pending.erase(0, n);
+    }
+    return true;
+  });
+  if (!r) throw UserError(r.message());
+  const GenerateStats& st = *r;
+  if (o.json) {
+    nlohmann::json j;
+    j["text"] = out;
+    j["prompt_tokens"] = st.prompt_tokens;
+    j["completion_tokens"] = st.completion_tokens;
+    j["stats"] = {{"prefill_ms", st.prefill_ms},       {"decode_ms", st.decode_ms},
+                  {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
+                  {"kv_bytes", st.kv_bytes},           {"policy", o.policy.name},
+                  {"threads", lm.pool->size()},        {"n_ctx", lm.n_ctx},
+                  {"stopped_by_eog", st.stopped_by_eog}, {"model", lm.path}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fwrite(pending.data(), 1, pending.size(), stdout);
+    std::printf("\n");
+    std::fflush(stdout);
+    if (log_level() <= LogLevel::info) {
+      std::fprintf(stderr,
+                   "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
+                   "(%.1f tok/s) | KV %.1f MiB | policy %s | %d threads\n",
+                   static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
+                   static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
+                   st.kv_bytes / 1048576.0, o.policy.name.c_str(), lm.pool->size());
+    }
+  }
+  return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  add_model_flags(app, o->model);
+  app.add_option("-p,--prompt", o->prompt, "the prompt, or the question about the document given with -f");
+  app.add_option("-f,--file", o->file, "a document to answer questions about (text file)");
+  app.add_flag("--chat", o->chat, "format the prompt with the model's chat template");
+  app.add_option("-n,--n-predict", o->n_predict, "max tokens to generate")->check(CLI::Range(0, 1 << 20));
+  add_sampling_flags(app, o->sampling);
+  add_policy_flags(app, o->policy);
+  app.add_flag("--json", o->json, "print one JSON object on stdout instead of streaming text");
+  return [o]() { return run(*o); };
+}
+
+SIEVE_COMMAND("run", "generate text for a prompt, optionally about a document (-f)", setup);
+
+}  // namespace
+}  // namespace sieve::cli

@@ -1,0 +1,57 @@
+// Flags and set-up shared by the commands that run a model (run, bench, eval, serve...).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "core/thread_pool.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace sieve::cli {
+
+struct ModelOptions {
+  std::string model;   // -m: path or known name ("" = default)
+  int32_t n_ctx = 0;   // -c: 0 = the model's trained context
+  int32_t threads = 0; // -t: 0 = all hardware threads
+};
+
+struct SamplingFlags {
+  float temp = 0.0f;  // greedy unless asked (answers about documents should be reproducible)
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0xC0FFEE;
+  SamplerParams params() const;
+};
+
+struct PolicyFlags {
+  std::string name = "dense";
+  std::vector<std::string> sets;  // --set key=value
+};
+
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  int32_t n_ctx = 0;
+};
+
+void add_model_flags(CLI::App& app, ModelOptions& o);
+void add_sampling_flags(CLI::App& app, SamplingFlags& s);
+void add_policy_flags(CLI::App& app, PolicyFlags& p);
+
+// Resolves -m (pulling the default model if absent), loads it, makes the thread pool.
+LoadedModel load_for_run(const ModelOptions& o);
+// Rejects policies and knobs that this build cannot run, naming the valid ones.
+void check_policy(const PolicyFlags& p);
+// Document + question -> prompt text (chat template when chat).
+std::string build_prompt_text(const Model& m, const std::string& document,
+                              const std::string& question, bool chat);
+
+}  // namespace sieve::cli

@@ -1,5 +1,9 @@
 #include "core/cpu_features.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 
@@ -12,7 +16,9 @@ const CpuFeatures& cpu_features() {
     __builtin_cpu_init();
     c.avx2 = __builtin_cpu_supports("avx2");
     c.fma = __builtin_cpu_supports("fma");
-    c.f16c = __builtin_cpu_supports("f16c");
+    // clang 14 has no __builtin_cpu_supports("f16c"): read CPUID leaf 1, ECX bit 29.
+    unsigned a = 0, b = 0, cx = 0, d = 0;
+    c.f16c = __get_cpuid(1, &a, &b, &cx, &d) && (cx & bit_F16C);
     c.avx512f = __builtin_cpu_supports("avx512f");
     c.avx512bw = __builtin_cpu_supports("avx512bw");
     c.avx512vnni = __builtin_cpu_supports("avx512vnni");

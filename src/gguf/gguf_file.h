@@ -49,6 +49,12 @@ struct GgufTensorInfo {
   uint64_t n_bytes = 0;
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }
+  // The reader accepts every known ggml type so `sieve inspect` can list any file; types Sieve
+  // cannot compute with (IQ*, Q2_K, ...) are flagged here for the model loader to reject.
+  bool type_supported() const {
+    const TypeInfo* ti = type_info(type);
+    return ti != nullptr && ti->supported;
+  }
 };
 
 class GgufFile {

@@ -9,7 +9,8 @@
 
 namespace sieve {
 
-Forward::Forward(const Model& model, ThreadPool& pool) : model_(model), pool_(pool) {}
+Forward::Forward(const Model& model, ThreadPool& pool, KvStore& kv)
+    : model_(model), pool_(pool), kv_(kv) {}
 
 Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   const ModelHParams& hp = model_.hp;
@@ -29,10 +30,13 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       }
     }
   }
-  // Plan: every sequence must have room before anything is written.
-  for (size_t i = 0; i < batch.size(); ++i) {
-    Status s = batch[i].kv->reserve(static_cast<int32_t>(batch[i].tokens.size()));
-    if (!s.ok()) return s;
+  for (const BatchEntry& e : batch) {
+    if (!kv_.has_sequence(e.seq)) return make_error("forward: unknown sequence {}", e.seq);
+    for (int il = 0; il < hp.n_layer; ++il) {
+      if (kv_.stream_len(e.seq, il) < static_cast<int32_t>(e.tokens.size())) {
+        return make_error("forward: the chunk of sequence {} was not reserved in the KV store", e.seq);
+      }
+    }
   }
 
   const int64_t E = hp.n_embd;
@@ -47,16 +51,12 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   up_.resize(n_tok * hp.n_ff);
   pos_.resize(n_tok);
 
-  // Embeddings and positions; positions are committed to the KV first so that each layer's
-  // attention sees the chunk's own tokens once their rows are written.
+  // Positions: the reserved tokens are the sequence's last ones.
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
     const int64_t off = entry_offset_[i];
-    const int32_t base = e.kv->n_tokens();
-    for (size_t t = 0; t < e.tokens.size(); ++t) {
-      pos_[off + t] = e.positions ? e.positions[t] : base + static_cast<int32_t>(t);
-    }
-    e.kv->commit(pos_.data() + off, static_cast<int32_t>(e.tokens.size()));
+    const int32_t base = kv_.n_tokens(e.seq) - static_cast<int32_t>(e.tokens.size());
+    for (size_t t = 0; t < e.tokens.size(); ++t) pos_[off + t] = base + static_cast<int32_t>(t);
   }
   pool_.parallel_for(n_tok, 8, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
@@ -86,10 +86,11 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     for (size_t i = 0; i < batch.size(); ++i) {
       const BatchEntry& e = batch[i];
       const int64_t off = entry_offset_[i];
-      const int32_t first = e.kv->n_tokens() - static_cast<int32_t>(e.tokens.size());
+      const int32_t first = kv_.stream_len(e.seq, il) - static_cast<int32_t>(e.tokens.size());
       for (size_t t = 0; t < e.tokens.size(); ++t) {
-        f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim(), e.kv->k_row(il, first + t), hp.kv_dim());
-        f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), e.kv->v_row(il, first + t), hp.kv_dim());
+        const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
+        f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim(), row.k_f16(), hp.kv_dim());
+        f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), row.v_f16(), hp.kv_dim());
       }
     }
     attention_layer(il, batch);
@@ -145,12 +146,13 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   };
   std::vector<Task> tasks;
   std::vector<KvHeadView> views(batch.size() * hp.n_head_kv);
+  views_.clear();
   const int n_threads = pool_.size();
   int n_split_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int32_t n_q = static_cast<int32_t>(batch[i].tokens.size());
     for (int h = 0; h < hp.n_head_kv; ++h) {
-      views[i * hp.n_head_kv + h] = batch[i].kv->view(il, h);
+      views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, il), h);
       const int32_t n_keys = views[i * hp.n_head_kv + h].n_tokens;
       if (n_q == 1 && n_keys >= 256 && n_threads > 1) {
         const int n_parts = std::min<int>(2 * n_threads, n_keys / 128);

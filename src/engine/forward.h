@@ -10,15 +10,18 @@
 #include "backend/cpu/matmul.h"
 #include "core/result.h"
 #include "core/thread_pool.h"
-#include "engine/kv_cache.h"
+#include "engine/kv_binding.h"
+#include "kv/kv_store.h"
 #include "model/model.h"
 
 namespace sieve {
 
+// One sequence's part of a step. The chunk's tokens must already be reserved in the store
+// (KvStore::reserve): they are the last tokens.size() tokens of the sequence, and the
+// forward writes their K/V rows.
 struct BatchEntry {
-  SequenceKv_i* kv = nullptr;        // the sequence's KV; new tokens are appended to it
+  KvSeqId seq = 0;
   std::span<const int32_t> tokens;   // the chunk
-  const int32_t* positions = nullptr;  // [tokens.size()] or nullptr: n_tokens() + i
   bool all_logits = false;           // logits for every token of the chunk, else the last only
 };
 
@@ -29,7 +32,7 @@ struct ForwardStats {
 
 class Forward {
  public:
-  Forward(const Model& model, ThreadPool& pool);
+  Forward(const Model& model, ThreadPool& pool, KvStore& kv);
 
   // Runs the step. logits receives, entry by entry, the rows asked for: all tokens of an
   // entry with all_logits, else its last token ([n_rows, n_vocab] row-major).
@@ -42,6 +45,8 @@ class Forward {
 
   const Model& model_;
   ThreadPool& pool_;
+  KvStore& kv_;
+  HeadViewTables views_;
   MatmulScratch mm_;
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;

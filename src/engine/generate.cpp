@@ -2,15 +2,62 @@
 
 #include <chrono>
 
+#include "core/log.h"
+
 namespace sieve {
 namespace {
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
+
+constexpr int32_t kPageSize = 16;
+
+KvStore make_store(const Model& m, int32_t n_ctx) {
+  const ModelHParams& hp = m.hp;
+  auto store = KvStore::create(kv_config_for(hp, kv_budget_bytes(hp, n_ctx, 1, kPageSize),
+                                             kPageSize, hp.arch + ":" + hp.name));
+  SIEVE_ASSERT(store.ok());
+  return std::move(store.value());
+}
+
+// Frees the sequence on every exit path.
+struct SeqGuard {
+  KvStore& kv;
+  KvSeqId seq;
+  ~SeqGuard() { (void)kv.free_sequence(seq); }
+};
+
 }  // namespace
 
 Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx)
-    : model_(model), pool_(pool), n_ctx_(n_ctx), fwd_(model, pool) {}
+    : model_(model), pool_(pool), n_ctx_(n_ctx), kv_(make_store(model, n_ctx)), fwd_(model, pool, kv_) {}
+
+Status Generator::prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch,
+                          bool all_logits,
+                          const std::function<void(int64_t, int64_t)>& progress,
+                          std::vector<float>& logits, std::vector<float>* all) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  for (int64_t i = kv_.n_tokens(seq); i < n; i += n_batch) {
+    const int64_t m = std::min<int64_t>(n_batch, n - i);
+    const KvAppend app{seq, prompt.subspan(i, m)};
+    auto room = kv_.reserve(std::span<const KvAppend>(&app, 1));
+    if (!room) return room.error();
+    if (!room->fits()) {
+      return make_error("the KV cache has no room for {} more tokens ({} pages missing)", m,
+                        room->n_pages_missing());
+    }
+    BatchEntry e;
+    e.seq = seq;
+    e.tokens = prompt.subspan(i, m);
+    e.all_logits = all_logits;
+    SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
+    if (all) all->insert(all->end(), logits.begin(), logits.end());
+    SIEVE_TRY(kv_.publish(seq));
+    if (progress) progress(i + m, n);
+  }
+  return {};
+}
 
 Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
                                           const GenerateOptions& opt,
@@ -25,20 +72,21 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   }
   SIEVE_TRY(validate(opt.sampling));
   if (opt.n_batch <= 0) return make_error("batch size {} must be positive", opt.n_batch);
-  ContiguousKv kv(model_.hp, n_ctx_);
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= model_.hp.n_vocab) {
+      return make_error("token id {} is outside the vocabulary [0, {})", t, model_.hp.n_vocab);
+    }
+  }
+  auto added = kv_.add_sequence(prompt);
+  if (!added) return added.error();
+  SeqGuard guard{kv_, added->seq};
+  st.cached_tokens = added->n_cached;
+
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t n = static_cast<int64_t>(prompt.size());
-  for (int64_t i = 0; i < n; i += opt.n_batch) {
-    const int64_t m = std::min<int64_t>(opt.n_batch, n - i);
-    BatchEntry e;
-    e.kv = &kv;
-    e.tokens = prompt.subspan(i, m);
-    SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
-    if (opt.on_prefill_progress) opt.on_prefill_progress(i + m, n);
-  }
+  SIEVE_TRY(prefill(added->seq, prompt, opt.n_batch, false, opt.on_prefill_progress, logits, nullptr));
   st.prefill_ms = ms_since(t0);
-  st.prompt_tokens = n;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
 
   Sampler sampler(opt.sampling);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -52,30 +100,32 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
       break;
     }
     if (!on_token(tok)) break;
-    if (g + 1 == opt.n_predict || kv.n_tokens() >= n_ctx_) break;
+    if (g + 1 == opt.n_predict || kv_.n_tokens(added->seq) >= n_ctx_) break;
+    const KvAppend app{added->seq, std::span<const int32_t>(&history.back(), 1)};
+    auto room = kv_.reserve(std::span<const KvAppend>(&app, 1));
+    if (!room) return room.error();
+    if (!room->fits()) break;  // sized for n_ctx: only reached at the context end
     BatchEntry e;
-    e.kv = &kv;
+    e.seq = added->seq;
     e.tokens = std::span<const int32_t>(&history.back(), 1);
     SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
   }
   st.decode_ms = ms_since(t1);
-  st.kv_bytes = kv.bytes();
+  st.kv_bytes = kv_.seq_bytes(added->seq);
   return st;
 }
 
 Result<std::vector<float>> Generator::prompt_logits(std::span<const int32_t> prompt,
                                                     int32_t n_batch) {
-  if (static_cast<int64_t>(prompt.size()) > n_ctx_) return make_error("prompt longer than the context");
-  ContiguousKv kv(model_.hp, n_ctx_);
-  std::vector<float> all, logits;
-  for (size_t i = 0; i < prompt.size(); i += n_batch) {
-    BatchEntry e;
-    e.kv = &kv;
-    e.tokens = prompt.subspan(i, std::min<size_t>(n_batch, prompt.size() - i));
-    e.all_logits = true;
-    SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
-    all.insert(all.end(), logits.begin(), logits.end());
+  if (prompt.empty() || static_cast<int64_t>(prompt.size()) > n_ctx_) {
+    return make_error("prompt of {} tokens does not fit the context {}", prompt.size(), n_ctx_);
   }
+  // No prefix reuse: every position's logits are computed.
+  auto added = kv_.add_sequence(std::span<const int32_t>());
+  if (!added) return added.error();
+  SeqGuard guard{kv_, added->seq};
+  std::vector<float> all, logits;
+  SIEVE_TRY(prefill(added->seq, prompt, n_batch, true, nullptr, logits, &all));
   return all;
 }
 

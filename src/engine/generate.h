@@ -10,6 +10,7 @@
 
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "kv/kv_store.h"
 
 namespace sieve {
 
@@ -28,6 +29,7 @@ struct GenerateStats {
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t kv_bytes = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
   bool stopped_by_eog = false;
   double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const {
@@ -37,6 +39,8 @@ struct GenerateStats {
 
 class Generator {
  public:
+  // Owns a paged KV store sized for one sequence of n_ctx tokens; it persists across
+  // generate() calls, so a repeated prompt prefix is served from the prefix cache.
   Generator(const Model& model, ThreadPool& pool, int32_t n_ctx);
   int32_t n_ctx() const { return n_ctx_; }
   // on_token(id) returns false to stop. The prompt must fit: prompt + n_predict <= n_ctx is
@@ -47,9 +51,15 @@ class Generator {
   Result<std::vector<float>> prompt_logits(std::span<const int32_t> prompt, int32_t n_batch);
 
  private:
+  // Prefills prompt[n_cached..] of a new sequence in chunks; logits of the last token.
+  Status prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch, bool all_logits,
+                 const std::function<void(int64_t, int64_t)>& progress, std::vector<float>& logits,
+                 std::vector<float>* all);
+
   const Model& model_;
   ThreadPool& pool_;
   int32_t n_ctx_;
+  KvStore kv_;
   Forward fwd_;
 };
 

@@ -13,6 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/log.h"
 #include "engine/forward.h"
+#include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "model_cache.h"
 #include "run_common.h"
@@ -28,6 +29,13 @@ struct BenchOptions {
   int32_t n_batch = 512;
   int32_t reps = 3;
 };
+
+void reserve_or_throw(KvStore& kv, KvSeqId seq, std::span<const int32_t> tokens) {
+  const KvAppend app{seq, tokens};
+  auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
+  if (!room) throw UserError(room.message());
+  if (!room->fits()) throw UserError("bench: the KV store is too small (internal sizing error)");
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -49,17 +57,26 @@ int run(BenchOptions o) {
   nlohmann::json results = nlohmann::json::array();
   for (int32_t nt : o.threads) {
     ThreadPool pool(nt);
-    Forward fwd(model, pool);
+    // No prefix cache: every repetition must compute its prompt.
+    KvConfig kc = kv_config_for(model.hp, kv_budget_bytes(model.hp, n_ctx, 1, 16), 16, "bench");
+    kc.prefix_cache = false;
+    auto store = KvStore::create(kc);
+    if (!store) throw UserError(store.message());
+    KvStore& kv = *store;
+    Forward fwd(model, pool, kv);
     for (int32_t len : o.lengths) {
       std::vector<double> pf, dc;
       for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
-        ContiguousKv kv(model.hp, n_ctx);
+        auto added = kv.add_sequence({});
+        if (!added) throw UserError(added.message());
+        const KvSeqId seq = added->seq;
         std::vector<float> logits;
         auto t0 = std::chrono::steady_clock::now();
         for (int32_t i = 0; i < len; i += o.n_batch) {
           BatchEntry e;
-          e.kv = &kv;
+          e.seq = seq;
           e.tokens = std::span<const int32_t>(prompt.data() + i, std::min(o.n_batch, len - i));
+          reserve_or_throw(kv, seq, e.tokens);
           Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
           if (!s) throw UserError(s.message());
         }
@@ -67,13 +84,15 @@ int run(BenchOptions o) {
         int32_t tok = argmax(logits);
         for (int32_t g = 0; g < o.n_decode; ++g) {
           BatchEntry e;
-          e.kv = &kv;
+          e.seq = seq;
           e.tokens = std::span<const int32_t>(&tok, 1);
+          reserve_or_throw(kv, seq, e.tokens);
           Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
           if (!s) throw UserError(s.message());
           tok = argmax(logits);
         }
         auto t2 = std::chrono::steady_clock::now();
+        if (Status s = kv.free_sequence(seq); !s) throw UserError(s.message());
         if (rep == 0) continue;
         pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
         dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());

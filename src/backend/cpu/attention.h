@@ -8,19 +8,21 @@
 
 namespace sieve {
 
-// One KV head of one layer of one sequence. Token j's K row is
-// k_pages[j / page_size] + (j % page_size) * row_stride (likewise V).
+// One KV head of one layer of one sequence, read in place from its pages. Token j lives in
+// page j / page_size at offset j % page_size: its K row is
+// k_pages[j / page_size] + (j % page_size) * row_stride (likewise V), its original position
+// pos_pages[j / page_size][j % page_size]. Positions ascend with j (eviction keeps order).
 struct KvHeadView {
-  const uint16_t* const* k_pages = nullptr;  // [n_pages] -> f16 rows
+  const uint16_t* const* k_pages = nullptr;  // [n_pages] -> f16 rows of this head
   const uint16_t* const* v_pages = nullptr;
+  const int32_t* const* pos_pages = nullptr;  // [n_pages] -> positions; nullptr: pos = j
   int32_t page_size = 1;
   int64_t row_stride = 0;
   int32_t n_tokens = 0;
-  const int32_t* pos = nullptr;  // [n_tokens] position of each token, ascending; nullptr: pos = j
 
   const uint16_t* k_row(int32_t j) const { return k_pages[j / page_size] + (j % page_size) * row_stride; }
   const uint16_t* v_row(int32_t j) const { return v_pages[j / page_size] + (j % page_size) * row_stride; }
-  int32_t position(int32_t j) const { return pos ? pos[j] : j; }
+  int32_t position(int32_t j) const { return pos_pages ? pos_pages[j / page_size][j % page_size] : j; }
 };
 
 struct AttnQuery {

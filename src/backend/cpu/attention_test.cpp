@@ -18,6 +18,7 @@ struct PagedHead {
   std::vector<std::vector<uint16_t>> kp, vp;
   std::vector<const uint16_t*> kptr, vptr;
   std::vector<int32_t> pos;
+  std::vector<const int32_t*> pos_ptr;
   PagedHead(int d_, int ps, int n, std::mt19937& rng, int pos_stride = 1) : d(d_), page_size(ps), n_tokens(n) {
     std::normal_distribution<float> nd(0, 1);
     const int n_pages = (n + ps - 1) / ps;
@@ -31,7 +32,9 @@ struct PagedHead {
       kptr.push_back(kp[p].data());
       vptr.push_back(vp[p].data());
     }
-    for (int j = 0; j < n; ++j) pos.push_back(j * pos_stride + 3);
+    pos.resize(static_cast<size_t>(n_pages) * ps);
+    for (int j = 0; j < n; ++j) pos[j] = j * pos_stride + 3;
+    for (int p = 0; p < n_pages; ++p) pos_ptr.push_back(pos.data() + static_cast<size_t>(p) * ps);
   }
   KvHeadView view() const {
     KvHeadView v;
@@ -40,7 +43,7 @@ struct PagedHead {
     v.page_size = page_size;
     v.row_stride = d;
     v.n_tokens = n_tokens;
-    v.pos = pos.data();
+    v.pos_pages = pos_ptr.data();
     return v;
   }
 };
@@ -104,7 +107,7 @@ TEST(Attend, SparseIndexListEqualsReference) {
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> q(3 * 64);
   for (auto& x : q) x = nd(rng);
-  int32_t qpos = kv.pos.back();
+  int32_t qpos = kv.pos[210];
   AttnQuery aq{q.data(), &qpos, 1, 3, 64, 0.125f, 0};
   KeySet ks{idx.data(), static_cast<int32_t>(idx.size()), 0, 0};
   std::vector<float> o(q.size()), ref(q.size());

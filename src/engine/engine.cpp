@@ -1,0 +1,109 @@
+#include "engine/engine.h"
+
+#include "engine/kv_binding.h"
+
+namespace sieve {
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
+  auto m = load_model(cfg.model_path);
+  if (!m) return m.error();
+  return create(std::shared_ptr<const Model>(std::move(m.value())), cfg);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, const EngineConfig& cfg) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->cfg_ = cfg;
+  e->model_ = std::move(model);
+  const ModelHParams& hp = e->model_->hp;
+  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = hp.n_ctx_train;
+  if (e->cfg_.max_running <= 0) return make_error("max_running must be positive");
+  if (e->cfg_.page_size <= 0 || e->cfg_.page_size > 4096) return make_error("page size must be in [1, 4096]");
+  int64_t budget = e->cfg_.kv_budget_bytes;
+  if (budget <= 0) budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size);
+  KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name);
+  kc.prefix_cache = e->cfg_.prefix_cache;
+  auto store = KvStore::create(kc);
+  if (!store) return store.error();
+  e->kv_ = std::make_unique<KvStore>(std::move(store.value()));
+  e->pool_ = std::make_unique<ThreadPool>(cfg.threads > 0 ? cfg.threads : hardware_threads());
+  SchedulerConfig sc;
+  sc.max_batch_tokens = e->cfg_.max_batch_tokens;
+  sc.prefill_chunk = e->cfg_.max_batch_tokens;
+  sc.max_running = e->cfg_.max_running;
+  sc.n_ctx = e->cfg_.n_ctx;
+  e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc);
+  e->kv_snapshot_ = e->kv_->stats();
+  e->thread_ = std::thread([p = e.get()] { p->loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+RequestId Engine::submit(RequestParams params, RequestCallback cb) {
+  const RequestId id = next_id_++;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back({id, std::move(params), std::move(cb)});
+    idle_ = false;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [&] { return idle_; });
+}
+
+SchedulerStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_snapshot_;
+}
+
+KvStats Engine::kv_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kv_snapshot_;
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<Pending> in;
+    std::vector<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !sched_->idle(); });
+      if (stop_) return;
+      in.swap(incoming_);
+      cancels.swap(cancels_);
+    }
+    for (auto& p : in) sched_->submit(std::move(p.params), std::move(p.cb), p.id);
+    for (RequestId id : cancels) sched_->cancel(id);
+    sched_->step();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_snapshot_ = sched_->stats();
+      kv_snapshot_ = kv_->stats();
+      if (sched_->idle() && incoming_.empty()) {
+        idle_ = true;
+        idle_cv_.notify_all();
+      }
+    }
+  }
+}
+
+}  // namespace sieve

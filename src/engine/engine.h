@@ -1,0 +1,76 @@
+// The engine API the CLI, the server and eval use: load a model once, submit requests from
+// any thread, stream their tokens through callbacks, cancel them. A background thread runs
+// the continuous-batching scheduler; callbacks run on that thread and must not block.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/kv_store.h"
+#include "model/model.h"
+
+namespace sieve {
+
+struct EngineConfig {
+  std::string model_path;
+  int32_t threads = 0;              // 0: all hardware threads
+  int32_t n_ctx = 0;                // per-request context; 0: the model's trained context
+  int32_t max_running = 8;          // sequences decoded together
+  int32_t max_batch_tokens = 512;   // tokens per step
+  int32_t page_size = 16;
+  int64_t kv_budget_bytes = 0;      // 0: room for max_running sequences of n_ctx tokens
+  bool prefix_cache = true;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
+  // Builds on an already loaded model (tests, tools that load once).
+  static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model, const EngineConfig& cfg);
+  ~Engine();
+
+  RequestId submit(RequestParams params, RequestCallback cb);
+  void cancel(RequestId id);
+  // Blocks until no request is queued or running (or the timeout passes); true when idle.
+  bool wait_idle(std::chrono::milliseconds timeout);
+
+  const Model& model() const { return *model_; }
+  const EngineConfig& config() const { return cfg_; }
+  SchedulerStats stats() const;
+  KvStats kv_stats() const;
+
+ private:
+  Engine() = default;
+  void loop();
+
+  EngineConfig cfg_;
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<Scheduler> sched_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable idle_cv_;
+  struct Pending {
+    RequestId id;
+    RequestParams params;
+    RequestCallback cb;
+  };
+  std::vector<Pending> incoming_;
+  std::vector<RequestId> cancels_;
+  std::atomic<RequestId> next_id_{1};
+  bool stop_ = false;
+  bool idle_ = true;
+  SchedulerStats stats_snapshot_;
+  KvStats kv_snapshot_;
+  std::thread thread_;
+};
+
+}  // namespace sieve

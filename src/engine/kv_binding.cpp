@@ -1,0 +1,65 @@
+#include "engine/kv_binding.h"
+
+#include <memory>
+
+namespace sieve {
+
+int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size) {
+  // Per token per stream: K + V rows (f16) + position.
+  const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4;
+  const int64_t pages_full = (n_ctx + page_size - 1) / page_size;
+  int64_t pages = 0;
+  for (LayerKind k : hp.layer_kind) {
+    if (k == LayerKind::sliding) {
+      const int64_t w = std::min<int64_t>(n_ctx, hp.sliding_window);
+      pages += (w + page_size - 1) / page_size + 2;  // the window may straddle pages
+    } else {
+      pages += pages_full;
+    }
+  }
+  return pages * n_seq * page_size * token_bytes;
+}
+
+KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
+                       const std::string& hash_salt) {
+  KvConfig c;
+  c.n_layer = hp.n_layer;
+  c.n_kv_head = hp.n_head_kv;
+  c.head_dim = hp.head_dim;
+  c.n_head_group = 1;
+  c.page_size = page_size;
+  c.dtype = KvDtype::f16;
+  c.budget_bytes = budget_bytes;
+  c.hash_salt = hash_salt;
+  for (LayerKind k : hp.layer_kind) {
+    c.capacity.push_back(k == LayerKind::sliding ? KvCapacity::sliding(hp.sliding_window)
+                                                 : KvCapacity::full());
+  }
+  return c;
+}
+
+void HeadViewTables::clear() { used_ = 0; }
+
+KvHeadView HeadViewTables::make(const KvSeqView& sv, int32_t head) {
+  if (used_ == tables_.size()) tables_.push_back(std::make_unique<Table>());
+  Table& t = *tables_[used_++];
+  const int32_t n_pages = sv.n_pages();
+  t.k.resize(n_pages);
+  t.v.resize(n_pages);
+  t.pos.resize(n_pages);
+  for (int32_t p = 0; p < n_pages; ++p) {
+    t.k[p] = reinterpret_cast<const uint16_t*>(sv.k_page_head(p, head));
+    t.v[p] = reinterpret_cast<const uint16_t*>(sv.v_page_head(p, head));
+    t.pos[p] = sv.page_positions(p);
+  }
+  KvHeadView v;
+  v.k_pages = t.k.data();
+  v.v_pages = t.v.data();
+  v.pos_pages = t.pos.data();
+  v.page_size = sv.page_size();
+  v.row_stride = static_cast<int64_t>(sv.arenas->n_head) * sv.arenas->head_dim;
+  v.n_tokens = sv.n_tokens;
+  return v;
+}
+
+}  // namespace sieve

@@ -1,0 +1,40 @@
+// Glue between the paged KV store (src/kv) and the model: the store configuration a model
+// needs (one stream per layer; sliding-window layers keep only their window), and
+// attention views of one head of a stored sequence.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "kv/kv_store.h"
+#include "model/hparams.h"
+
+namespace sieve {
+
+// Bytes a model's KV needs to hold n_seq sequences of n_ctx tokens each (full layers hold
+// everything; window layers at most their window plus a page of slack), rounded up to pages.
+int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size);
+
+// KvConfig for a model: f16 K/V, one stream per layer, window capacity on sliding layers.
+KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
+                       const std::string& hash_salt);
+
+// Page-pointer tables for the attention views of one step. Views stay valid until the next
+// clear() or the next mutating call on the store.
+class HeadViewTables {
+ public:
+  void clear();
+  KvHeadView make(const KvSeqView& sv, int32_t head);
+
+ private:
+  // One table per view; deque-like stability via unique_ptr.
+  struct Table {
+    std::vector<const uint16_t*> k, v;
+    std::vector<const int32_t*> pos;
+  };
+  std::vector<std::unique_ptr<Table>> tables_;
+  size_t used_ = 0;
+};
+
+}  // namespace sieve

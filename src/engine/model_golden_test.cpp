@@ -1,0 +1,139 @@
+// Golden tests against llama.cpp (llama-cpp-python, tools/reference/make_fixtures.py):
+// identical prompt token ids, top-1 agreement >= 99% of positions, logits of llama.cpp's top-10
+// within a stated bound, and identical 32-token greedy continuations except after a step
+// where llama.cpp's own top-2 logits are closer than kGapTolerance.
+//
+// Why tolerances at all: llama.cpp quantizes matmul activations to 8 bits (Q8_1/Q8_0/Q8_K)
+// and rounds attention inputs to f16; Sieve quantizes the same activations but attends in
+// f32, and rounding and accumulation orders differ. llama.cpp is not closer to itself: its
+// flash-attention path (flash_attn=True) agrees with its default path (the fixtures) on only
+// 95.5% of top-1 tokens of the SmolLM2 long_text prompt, mean |logit error| 0.136, max 1.04
+// (measured 2026-11-29, llama-cpp-python 0.3.36). SmolLM2-135M's distributions are flat (23% of
+// those positions have a top-2 gap < 0.3), so near-ties flip under any change of numerics.
+// Top-1 agreement is therefore required at the positions where llama.cpp's top-2 gap is at
+// least kGapTolerance (decisive positions); the raw agreement is printed too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "gguf/test_models.h"
+
+namespace sieve {
+namespace {
+
+constexpr double kTop1Agreement = 0.99;   // fraction of decisive positions
+constexpr float kMaxLogitError = 1.5f;    // |sieve - llama.cpp| on llama.cpp's top-10, any position
+constexpr float kMeanLogitError = 0.2f;   // mean of the same
+constexpr float kGapTolerance = 0.5f;     // decisive: top-2 gap >= this; greedy may diverge below
+
+nlohmann::json load_fixture(const std::string& name) {
+  std::ifstream in(std::string(SIEVE_SOURCE_DIR) + "/tests/fixtures/" + name);
+  if (!in) return {};
+  return nlohmann::json::parse(in);
+}
+
+bool short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
+
+class Golden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Golden, MatchesLlamaCpp) {
+  const std::string model_name = GetParam();
+  const std::string path = test_model_path((model_name + ".gguf").c_str());
+  if (path.empty()) GTEST_SKIP() << model_name << ".gguf not found (run `sieve pull " << model_name << "`)";
+  const std::string fixture = "logits_" + model_name.substr(0, model_name.find('-')) + ".json";
+  const nlohmann::json fx = load_fixture(fixture);
+  ASSERT_FALSE(fx.is_null()) << "fixture tests/fixtures/" << fixture << " missing";
+  auto m = load_model(path);
+  ASSERT_TRUE(m.ok()) << m.message();
+  const Model& model = **m;
+  ThreadPool pool(2);
+  Generator gen(model, pool, 4096);
+
+  int64_t n_pos = 0, n_agree = 0, n_decisive = 0, n_decisive_agree = 0;
+  double err_sum = 0;
+  int64_t err_n = 0;
+  float err_max = 0;
+  for (const auto& p : fx["prompts"]) {
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    if (short_mode() && ids.size() > 64) continue;
+    // Tokenizer: the same ids for the same text.
+    const std::string text = p["text"].get<std::string>();
+    EXPECT_EQ(model.tokenizer->encode(text, p["add_bos"].get<bool>(), p["parse_special"].get<bool>()), ids)
+        << p["label"];
+
+    auto lg = gen.prompt_logits(ids, 512);
+    ASSERT_TRUE(lg.ok()) << lg.message();
+    const int64_t V = model.hp.n_vocab;
+    float p_max = 0;
+    size_t p_argmax = 0;
+    double p_sum = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float* row = lg->data() + i * V;
+      const auto& top = p["top10"][i];
+      int32_t best = 0;
+      for (int64_t v = 1; v < V; ++v) if (row[v] > row[best]) best = static_cast<int32_t>(v);
+      ++n_pos;
+      const int32_t ref_best = top[0][0].get<int32_t>();
+      const float ref_gap = top[0][1].get<float>() - top[1][1].get<float>();
+      if (best == ref_best || ref_gap < 1e-3f) ++n_agree;  // exact ties count as agreement
+      if (ref_gap >= kGapTolerance) {
+        ++n_decisive;
+        if (best == ref_best) ++n_decisive_agree;
+      }
+      for (const auto& pair : top) {
+        const float e = std::fabs(row[pair[0].get<int32_t>()] - pair[1].get<float>());
+        err_sum += e;
+        ++err_n;
+        err_max = std::max(err_max, e);
+        p_sum += e;
+        if (e > p_max) p_max = e, p_argmax = i;
+      }
+    }
+    std::printf("[golden %s/%s] %zu tokens: logit error mean %.4f, max %.4f at position %zu\n",
+                model_name.c_str(), p["label"].get<std::string>().c_str(), ids.size(),
+                p_sum / (10.0 * ids.size()), p_max, p_argmax);
+
+    // Greedy continuation.
+    GenerateOptions opt;
+    opt.n_predict = static_cast<int32_t>(p["greedy"]["ids"].size());
+    opt.sampling.temperature = 0;
+    opt.stop_at_eog = false;
+    std::vector<int32_t> got;
+    auto st = gen.generate(ids, opt, [&](int32_t t) {
+      got.push_back(t);
+      return true;
+    });
+    ASSERT_TRUE(st.ok()) << st.message();
+    const auto& steps = p["greedy"]["steps"];
+    for (size_t j = 0; j < steps.size(); ++j) {
+      ASSERT_LT(j, got.size());
+      if (got[j] != steps[j]["id"].get<int32_t>()) {
+        EXPECT_LT(steps[j]["gap"].get<float>(), kGapTolerance)
+            << p["label"] << ": greedy token " << j << " is " << got[j] << ", llama.cpp chose "
+            << steps[j]["id"] << " with a top-2 gap of " << steps[j]["gap"];
+        break;  // after a legitimate divergence the continuations are different texts
+      }
+    }
+  }
+  ASSERT_GT(n_pos, 0);
+  ASSERT_GT(n_decisive, 0);
+  const double agree = static_cast<double>(n_agree) / static_cast<double>(n_pos);
+  const double decisive = static_cast<double>(n_decisive_agree) / static_cast<double>(n_decisive);
+  const double mean_err = err_sum / static_cast<double>(err_n);
+  std::printf("[golden %s] positions %lld: top-1 agreement %.4f (all), %.4f (%lld decisive); "
+              "logit error mean %.4f max %.4f\n",
+              model_name.c_str(), static_cast<long long>(n_pos), agree, decisive,
+              static_cast<long long>(n_decisive), mean_err, err_max);
+  EXPECT_GE(decisive, kTop1Agreement);
+  EXPECT_LT(mean_err, kMeanLogitError);
+  EXPECT_LT(err_max, kMaxLogitError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::Values("smollm2", "gemma3-270m"));
+
+}  // namespace
+}  // namespace sieve

@@ -1,0 +1,334 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
+
+namespace sieve {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+    default: return "none";
+  }
+}
+
+struct Scheduler::Req {
+  RequestId id = 0;
+  RequestParams p;
+  RequestCallback cb;
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> tokens;  // prompt + generated: what the KV must end up holding
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  bool has_seq = false;
+  KvSeqId seq = 0;
+  int32_t cached_tokens = 0;    // from the prefix cache at first admission
+  bool admitted_once = false;
+  bool cancelled = false;
+  bool done = false;
+  int32_t n_preempted = 0;
+  std::string held;             // generated text not yet released (stop-string prefix, UTF-8 tail)
+  std::chrono::steady_clock::time_point t_submit;
+  double ttft_ms = 0;
+};
+
+Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg)
+    : model_(model), pool_(pool), kv_(kv), cfg_(cfg), fwd_(model, pool, kv) {
+  if (cfg_.n_ctx <= 0) cfg_.n_ctx = model.hp.n_ctx_train;
+  cfg_.max_batch_tokens = std::max(1, cfg_.max_batch_tokens);
+  cfg_.prefill_chunk = std::max(1, std::min(cfg_.prefill_chunk, cfg_.max_batch_tokens));
+  cfg_.max_running = std::max(1, cfg_.max_running);
+}
+
+Scheduler::~Scheduler() {
+  for (auto& r : running_) release_kv(*r);
+}
+
+RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId id) {
+  auto r = std::make_unique<Req>();
+  r->id = id ? id : next_id_++;
+  r->t_submit = std::chrono::steady_clock::now();
+  r->cb = std::move(cb);
+  r->n_prompt = static_cast<int32_t>(params.prompt.size());
+  r->tokens = params.prompt;
+  r->p = std::move(params);
+  std::string err;
+  if (r->p.prompt.empty()) err = "the prompt is empty";
+  else if (r->n_prompt >= cfg_.n_ctx)
+    err = fmt::format("the prompt has {} tokens; the context is {} (context_length_exceeded)", r->n_prompt, cfg_.n_ctx);
+  else if (r->p.max_tokens < 0) err = "max_tokens must be >= 0";
+  else if (Status s = validate(r->p.sampling); !s) err = s.message();
+  else {
+    for (int32_t t : r->p.prompt) {
+      if (t < 0 || t >= model_.hp.n_vocab) {
+        err = fmt::format("token id {} is outside the vocabulary [0, {})", t, model_.hp.n_vocab);
+        break;
+      }
+    }
+  }
+  id = r->id;
+  if (!err.empty()) {
+    finish(*r, FinishReason::error, err);
+    return id;
+  }
+  r->sampler = std::make_unique<Sampler>(r->p.sampling);
+  waiting_.push_back(std::move(r));
+  stats_.waiting = static_cast<int32_t>(waiting_.size());
+  return id;
+}
+
+void Scheduler::cancel(RequestId id) {
+  for (auto& r : waiting_) if (r->id == id) r->cancelled = true;
+  for (auto& r : running_) if (r->id == id) r->cancelled = true;
+}
+
+void Scheduler::release_kv(Req& r) {
+  if (!r.has_seq) return;
+  Status s = kv_.free_sequence(r.seq);
+  SIEVE_ASSERT(s.ok());
+  r.has_seq = false;
+}
+
+void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
+  if (r.done) return;
+  r.done = true;
+  release_kv(r);
+  RequestEvent ev;
+  ev.id = r.id;
+  ev.finished = true;
+  ev.reason = reason;
+  ev.error = error;
+  // Text held back for a possible stop string is released unless a stop string matched.
+  if (reason != FinishReason::error) ev.text = std::move(r.held);
+  ev.prompt_tokens = r.n_prompt;
+  ev.cached_tokens = r.cached_tokens;
+  ev.completion_tokens = r.n_generated;
+  ev.ttft_ms = r.ttft_ms;
+  ev.n_preempted = r.n_preempted;
+  if (reason == FinishReason::cancelled) stats_.cancelled++;
+  else stats_.finished++;
+  if (r.cb) r.cb(ev);
+}
+
+void Scheduler::preempt(Req& r) {
+  release_kv(r);
+  r.n_preempted++;
+  stats_.preemptions++;
+  log_debug("scheduler: preempted request {} ({} tokens to recompute)", r.id, r.tokens.size());
+}
+
+void Scheduler::reap() {
+  auto drop_cancelled = [&](auto& list) {
+    for (auto& r : list) {
+      if (r->cancelled && !r->done) finish(*r, FinishReason::cancelled);
+    }
+  };
+  drop_cancelled(waiting_);
+  drop_cancelled(running_);
+  std::erase_if(waiting_, [](const auto& r) { return r->done; });
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+}
+
+void Scheduler::admit() {
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_running) {
+    Req& r = *waiting_.front();
+    auto added = kv_.add_sequence(r.tokens);
+    if (!added) {
+      finish(r, FinishReason::error, added.message());
+      waiting_.pop_front();
+      continue;
+    }
+    // Admission by capacity: the whole remaining prompt must fit now, so that admitted
+    // prompts do not preempt each other in a loop.
+    const int32_t have = added->n_cached;
+    const KvAppend app{added->seq, std::span<const int32_t>(r.tokens).subspan(have)};
+    auto room = kv_.plan(std::span<const KvAppend>(&app, 1));
+    if (!room || !room->fits()) {
+      (void)kv_.free_sequence(added->seq);
+      if (running_.empty()) {
+        finish(r, FinishReason::error,
+               room ? fmt::format("the prompt needs {} KV pages but the pool has only {}; raise the KV memory budget",
+                                  room->n_pages_needed, room->n_pages_available)
+                    : room.message());
+        waiting_.pop_front();
+        continue;
+      }
+      break;  // FIFO: later requests wait behind this one (no starvation)
+    }
+    r.seq = added->seq;
+    r.has_seq = true;
+    if (!r.admitted_once) {
+      r.cached_tokens = have;
+      stats_.cached_tokens += have;
+      stats_.prompt_tokens += r.n_prompt;
+      r.admitted_once = true;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
+  RequestEvent ev;
+  ev.id = r.id;
+  ev.token = tok;
+  if (r.p.logprobs || r.p.n_logprobs > 0) {
+    // log-softmax of the raw logits (temperature 1, before penalties), as OpenAI reports
+    const int32_t V = model_.hp.n_vocab;
+    float mx = logits[0];
+    for (int32_t v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
+    double sum = 0;
+    for (int32_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    ev.logprob = logits[tok] - lse;
+    if (r.p.n_logprobs > 0) {
+      std::vector<int32_t> ids(V);
+      for (int32_t v = 0; v < V; ++v) ids[v] = v;
+      const int32_t k = std::min(r.p.n_logprobs, V);
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                        [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      for (int32_t i = 0; i < k; ++i) ev.top.push_back({ids[i], logits[ids[i]] - lse});
+    }
+  }
+  if (r.n_generated == 1) {
+    r.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.t_submit).count();
+  }
+  const bool eog = r.p.stop_at_eog && model_.tokenizer->is_eog(tok);
+  if (!eog) r.held += model_.tokenizer->token_to_piece(tok);
+  // Stop strings: cut at the first match; otherwise release all but the longest tail that
+  // could still begin a stop string, and never split a UTF-8 character.
+  for (const std::string& s : r.p.stop) {
+    if (s.empty()) continue;
+    const size_t at = r.held.find(s);
+    if (at != std::string::npos) {
+      ev.text = r.held.substr(0, at);
+      r.held.clear();
+      if (r.cb) r.cb(ev);
+      finish(r, FinishReason::stop);
+      return;
+    }
+  }
+  size_t keep = 0;
+  for (const std::string& s : r.p.stop) {
+    for (size_t n = std::min(s.size() - 1, r.held.size()); n > keep; --n) {
+      if (r.held.compare(r.held.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+    }
+  }
+  size_t cut = r.held.size() - keep;
+  // back off to a UTF-8 boundary
+  size_t i = cut;
+  int back = 0;
+  while (i > 0 && back < 4 && (static_cast<unsigned char>(r.held[i - 1]) & 0xC0) == 0x80) --i, ++back;
+  if (i > 0) {
+    const unsigned char c = static_cast<unsigned char>(r.held[i - 1]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (cut - (i - 1) < len) cut = i - 1;
+  }
+  ev.text = r.held.substr(0, cut);
+  r.held.erase(0, cut);
+  if (r.cb) r.cb(ev);
+  if (eog) finish(r, FinishReason::stop);
+  else if (r.n_generated >= r.p.max_tokens || static_cast<int32_t>(r.tokens.size()) >= cfg_.n_ctx)
+    finish(r, FinishReason::length);
+}
+
+bool Scheduler::step() {
+  reap();
+  admit();
+  stats_.waiting = static_cast<int32_t>(waiting_.size());
+  stats_.running = static_cast<int32_t>(running_.size());
+  if (running_.empty()) return false;
+
+  // Requests that generate nothing finish after their prompt is known (max_tokens == 0).
+  for (auto& r : running_) {
+    if (r->p.max_tokens == 0) finish(*r, FinishReason::length);
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  if (running_.empty()) return true;
+
+  // Plan the step: decodes first (one token each), then prefill chunks, oldest first.
+  struct Item {
+    Req* r;
+    int32_t begin, n;
+  };
+  std::vector<Item> items;
+  int32_t budget = cfg_.max_batch_tokens;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& rp : running_) {
+      Req& r = *rp;
+      const int32_t have = kv_.n_tokens(r.seq);
+      const int32_t pending = static_cast<int32_t>(r.tokens.size()) - have;
+      if (pending <= 0 || budget <= 0) continue;
+      if ((pass == 0) != (pending == 1)) continue;
+      const int32_t n = std::min({pending, budget, cfg_.prefill_chunk});
+      items.push_back({&r, have, n});
+      budget -= n;
+    }
+  }
+  // Reserve all-or-nothing; on no room, preempt the newest running request and retry.
+  for (;;) {
+    std::vector<KvAppend> apps;
+    for (const Item& it : items) {
+      apps.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n)});
+    }
+    if (apps.empty()) return true;
+    auto room = kv_.reserve(apps);
+    if (!room) {
+      // An engine bug, not user input: fail the requests of this step rather than crash.
+      for (const Item& it : items) finish(*it.r, FinishReason::error, room.message());
+      std::erase_if(running_, [](const auto& r) { return r->done; });
+      return true;
+    }
+    if (room->fits()) break;
+    Req* victim = running_.back().get();
+    if (running_.size() == 1) {
+      finish(*victim, FinishReason::error,
+             fmt::format("the KV pool is too small for this request ({} pages missing); raise the KV memory budget",
+                         room->n_pages_missing()));
+      running_.clear();
+      return true;
+    }
+    preempt(*victim);
+    std::erase_if(items, [&](const Item& it) { return it.r == victim; });
+    waiting_.push_front(std::move(running_.back()));
+    running_.pop_back();
+  }
+
+  std::vector<BatchEntry> batch;
+  for (const Item& it : items) {
+    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false});
+  }
+  Status s = fwd_.run(batch, logits_);
+  stats_.steps++;
+  if (!s) {
+    for (const Item& it : items) finish(*it.r, FinishReason::error, s.message());
+    std::erase_if(running_, [](const auto& r) { return r->done; });
+    return true;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    Req& r = *items[i].r;
+    (void)kv_.publish(r.seq);
+    if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size())) continue;  // more prompt
+    if (r.cancelled) continue;  // reaped next step
+    const float* row = logits_.data() + i * static_cast<size_t>(model_.hp.n_vocab);
+    const int32_t tok = r.sampler->sample(std::span<const float>(row, model_.hp.n_vocab), r.tokens);
+    r.tokens.push_back(tok);
+    r.n_generated++;
+    stats_.generated_tokens++;
+    emit_token(r, tok, row);
+  }
+  std::erase_if(running_, [](const auto& r) { return r->done; });
+  stats_.running = static_cast<int32_t>(running_.size());
+  stats_.waiting = static_cast<int32_t>(waiting_.size());
+  return true;
+}
+
+}  // namespace sieve

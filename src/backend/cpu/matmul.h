@@ -31,6 +31,19 @@ struct MatmulScratch {
 void matmul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool& pool,
             MatmulScratch& scratch);
 
+// One product of matmul_multi: y[i, r] = sum_c x[i, c] * w[r, c]; y: [m, w.n_rows] f32.
+struct MatmulTarget {
+  WeightView w;
+  float* y = nullptr;
+};
+
+// Several products of the same activations x: [m, n_cols] (q/k/v, gate/up), all weights with
+// the same n_cols. The activations are converted once per activation format and every
+// product runs in the same pool job, which saves the conversions and the wake-ups that
+// separate matmul() calls would cost (decode issues hundreds of small matmuls per token).
+void matmul_multi(const MatmulTarget* targets, int n_targets, const float* x, int64_t m,
+                  ThreadPool& pool, MatmulScratch& scratch);
+
 // Row `row` of W dequantized to f32 (embedding lookup).
 void get_row(const WeightView& w, int64_t row, float* dst);
 

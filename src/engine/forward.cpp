@@ -74,9 +74,9 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   for (int il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& L = w.layers[il];
     rms_norm(h_.data(), L.attn_norm, hp.rms_eps, n_tok, E, x_.data());
-    matmul(L.wq, x_.data(), n_tok, q_.data(), pool_, mm_);
-    matmul(L.wk, x_.data(), n_tok, k_.data(), pool_, mm_);
-    matmul(L.wv, x_.data(), n_tok, v_.data(), pool_, mm_);
+    // q, k and v share their input: one activation conversion, one thread-pool job.
+    const MatmulTarget qkv[3] = {{L.wq, q_.data()}, {L.wk, k_.data()}, {L.wv, v_.data()}};
+    matmul_multi(qkv, 3, x_.data(), n_tok, pool_, mm_);
     if (hp.qk_norm) {
       rms_norm(q_.data(), L.q_norm, hp.rms_eps, n_tok * hp.n_head, hp.head_dim, q_.data());
       rms_norm(k_.data(), L.k_norm, hp.rms_eps, n_tok * hp.n_head_kv, hp.head_dim, k_.data());
@@ -99,8 +99,8 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     for (int64_t i = 0; i < n_tok * E; ++i) h_[i] += tmp_[i];
 
     rms_norm(h_.data(), L.ffn_norm, hp.rms_eps, n_tok, E, x_.data());
-    matmul(L.w_gate, x_.data(), n_tok, gate_.data(), pool_, mm_);
-    matmul(L.w_up, x_.data(), n_tok, up_.data(), pool_, mm_);
+    const MatmulTarget gate_up[2] = {{L.w_gate, gate_.data()}, {L.w_up, up_.data()}};
+    matmul_multi(gate_up, 2, x_.data(), n_tok, pool_, mm_);
     pool_.parallel_for(n_tok, 4, [&](int64_t b, int64_t end) {
       float* g = gate_.data() + b * hp.n_ff;
       const float* u = up_.data() + b * hp.n_ff;

@@ -2,6 +2,7 @@
 // stress run with preemption and cancellation keeps the KV invariants and loses nothing.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -25,6 +26,9 @@ std::shared_ptr<const Model> smollm2() {
   }();
   return m;
 }
+
+// Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.
+bool short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
 
 std::vector<int32_t> prompt_of(const Model& m, int i) {
   static const char* texts[] = {
@@ -124,7 +128,7 @@ TEST(Scheduler, ConcurrentGreedyEqualsSingleRuns) {
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   ThreadPool pool(2);
-  const int n_req = 6;
+  const int n_req = short_mode() ? 3 : 6;
   SchedulerConfig sc;
   sc.max_batch_tokens = 24;  // forces chunked prefill mixed with decodes
   sc.n_ctx = 512;
@@ -183,7 +187,7 @@ TEST(Scheduler, StressPreemptionAndCancellationLoseNothing) {
   std::mt19937 rng(3);
   std::map<RequestId, Collected> out;
   std::vector<RequestId> ids;
-  const int n_req = 14;
+  const int n_req = short_mode() ? 8 : 14;
   for (int i = 0; i < n_req; ++i) {
     RequestParams p;
     p.prompt = prompt_of(*m, (i * 7) % 15);

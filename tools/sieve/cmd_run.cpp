@@ -53,8 +53,8 @@ int run(const RunOptions& o) {
     ss << in.rdbuf();
     document = ss.str();
   }
-  LoadedModel lm = load_for_run(o.model);
   check_policy(o.policy);
+  LoadedModel lm = load_for_run(o.model);
   const Tokenizer& tok = *lm.model->tokenizer;
   const std::string text = build_prompt_text(*lm.model, document, o.prompt, o.chat);
   std::vector<int32_t> ids = tok.encode(text, tok.add_bos(), o.chat);

@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help/--version exit 0; every other parse error is a user error (exit 1).
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 1;
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return 1;
   }
   if (quiet) sieve::set_log_level(sieve::LogLevel::error);
   if (verbose) sieve::set_log_level(sieve::LogLevel::debug);

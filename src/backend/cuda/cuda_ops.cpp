@@ -1,0 +1,276 @@
+// Validation and planning for the CUDA launches (host compiler: the error messages use
+// fmt, which nvcc's front end cannot compile).
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+
+namespace sieve::cuda {
+namespace {
+
+constexpr int k_decode_tile = 64;
+constexpr int k_max_splits = 256;
+
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return make_error("cuda: {} failed: {} (hint: check the sizes and pointers passed in)", what,
+                    cudaGetErrorString(e));
+}
+
+Status check_pages(const page_table& pt, const char* who) {
+  if (pt.indptr == nullptr || pt.indices == nullptr || pt.last_page_len == nullptr)
+    return make_error("{}: page table pointers must be set (indptr, indices, last_page_len)", who);
+  if (pt.batch <= 0) return make_error("{}: batch = {}, expected > 0", who, pt.batch);
+  if (pt.page_size <= 0) return make_error("{}: page_size = {}, expected > 0", who, pt.page_size);
+  return {};
+}
+
+Status check_kv(const paged_kv& kv, int n_q_heads, bool need_v, const char* who) {
+  SIEVE_TRY(check_pages(kv.pages, who));
+  if (kv.k == nullptr || (need_v && kv.v == nullptr))
+    return make_error("{}: K/V pointers are null", who);
+  if (kv.type != dtype::bf16 && kv.type != dtype::f16)
+    return make_error("{}: kv type {} unsupported (bf16 or f16)", who, static_cast<int>(kv.type));
+  if (kv.head_dim != 64 && kv.head_dim != 128 && kv.head_dim != 256)
+    return make_error("{}: head_dim = {} unsupported (64, 128 or 256; pad others)", who,
+                      kv.head_dim);
+  if (kv.n_kv_heads <= 0 || n_q_heads % kv.n_kv_heads != 0)
+    return make_error("{}: n_q_heads = {} is not a multiple of n_kv_heads = {}", who, n_q_heads,
+                      kv.n_kv_heads);
+  if (n_q_heads / kv.n_kv_heads > 8)
+    return make_error("{}: {} query heads per kv head; at most 8 are supported", who,
+                      n_q_heads / kv.n_kv_heads);
+  return {};
+}
+
+Status check_set(const token_set& s, int n_kv, const char* who) {
+  if (s.sel_idx == nullptr) return {};
+  if (s.sel_count == nullptr) return make_error("{}: sel_idx set but sel_count is null", who);
+  if (s.sel_heads != 1 && s.sel_heads != n_kv)
+    return make_error("{}: sel_heads = {}, expected 1 or n_kv_heads = {}", who, s.sel_heads, n_kv);
+  if (s.n_sink < 0 || s.n_window < 0) return make_error("{}: negative n_sink / n_window", who);
+  return {};
+}
+
+void fix_shift(page_table& pt) {
+  pt.page_shift = page_shift_of(pt.page_size);
+}
+
+}  // namespace
+
+Result<device_facts> current_device() {
+  static device_facts facts;
+  static cudaError_t err = [] {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    cudaDeviceProp prop{};
+    e = cudaGetDeviceProperties(&prop, dev);
+    if (e != cudaSuccess) return e;
+    facts.n_sm = prop.multiProcessorCount;
+    facts.l2_bytes = prop.l2CacheSize;
+    facts.cc_major = prop.major;
+    facts.cc_minor = prop.minor;
+    facts.global_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    return cudaSuccess;
+  }();
+  if (err != cudaSuccess) return make_error("cuda: no usable device ({})", cudaGetErrorString(err));
+  return facts;
+}
+
+int32_t page_shift_of(int32_t page_size) {
+  if (page_size <= 0 || (page_size & (page_size - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < page_size) ++s;
+  return s;
+}
+
+int64_t score_row_stride(int32_t max_len) {
+  const int64_t t = select_tile_scores();
+  return std::max<int64_t>(1, (max_len + t - 1) / t) * t;
+}
+int32_t select_max_tiles(int32_t max_len) {
+  const int t = select_tile_scores();
+  return std::max(1, (max_len + t - 1) / t);
+}
+int64_t select_ws_bytes(int32_t n_rows, int32_t max_len) {
+  return select_workspace_bytes(n_rows, select_max_tiles(max_len));
+}
+int64_t select_ws_header_bytes() {
+  return select_header_bytes();
+}
+
+int32_t decode_splits(int32_t n_groups, int32_t max_list, int32_t n_sm, int32_t head_dim) {
+  // one wave of resident CTAs (two per SM, one for head_dim 256): every CTA streams its
+  // share once and the prologue/epilogue cost is paid once; at least two tiles per split
+  const int per_sm = head_dim >= 256 ? 1 : 2;
+  const int target = std::max(1, per_sm * n_sm / std::max(1, n_groups));
+  const int by_work = std::max(1, max_list / (2 * k_decode_tile));
+  return std::clamp(std::min(target, by_work), 1, k_max_splits);
+}
+int64_t decode_ws_o_floats(int32_t batch, int32_t n_kv, int32_t n_splits, int32_t G,
+                           int32_t head_dim) {
+  return static_cast<int64_t>(batch) * n_kv * n_splits * G * head_dim;
+}
+int64_t decode_ws_ml_floats(int32_t batch, int32_t n_kv, int32_t n_splits, int32_t G) {
+  return static_cast<int64_t>(batch) * n_kv * n_splits * G * 2;
+}
+int32_t score_chunk_tokens(int32_t n_rows, int32_t max_len, int32_t n_sm) {
+  // one wave (three resident CTAs per SM: 64 KB of K stages each) over all rows,
+  // between 512 and 65536 tokens each
+  const int64_t want = static_cast<int64_t>(n_rows) * max_len / std::max(1, 3 * n_sm);
+  const int64_t c = std::clamp<int64_t>((want + 63) / 64 * 64, 512, 65536);
+  return static_cast<int32_t>(c);
+}
+int32_t sketch_chunk_tokens(int32_t n_rows, int32_t max_len, int32_t n_sm) {
+  // about two CTAs per SM; 1024 tokens (4 per thread) per step
+  const int64_t want = static_cast<int64_t>(n_rows) * max_len / std::max(1, 2 * n_sm);
+  const int64_t c = std::clamp<int64_t>((want + 1023) / 1024 * 1024, 1024, 65536);
+  return static_cast<int32_t>(c);
+}
+
+Status decode_attention(decode_params p, const launch_cfg& lc) {
+  const char* who = "decode_attention";
+  SIEVE_TRY(check_kv(p.kv, p.n_q_heads, true, who));
+  SIEVE_TRY(check_set(p.set, p.kv.n_kv_heads, who));
+  if (p.q == nullptr || p.o == nullptr) return make_error("{}: q / o are null", who);
+  if (p.n_splits < 1 || p.n_splits > k_max_splits)
+    return make_error("{}: n_splits = {} outside [1, {}]", who, p.n_splits, k_max_splits);
+  if (p.n_splits > 1 && (p.ws_o == nullptr || p.ws_ml == nullptr || p.ws_counter == nullptr))
+    return make_error("{}: n_splits = {} needs ws_o, ws_ml and ws_counter", who, p.n_splits);
+  fix_shift(p.kv.pages);
+  return cuda_status(launch_decode(p, false, lc), who);
+}
+
+Status score_exact(decode_params p, const launch_cfg& lc) {
+  const char* who = "score_exact";
+  SIEVE_TRY(check_kv(p.kv, p.n_q_heads, false, who));
+  if (p.q == nullptr || p.logits == nullptr || p.stats == nullptr)
+    return make_error("{}: q / logits / stats are null", who);
+  if (p.chunk_tokens <= 0 || p.chunk_tokens % k_decode_tile != 0)
+    return make_error("{}: chunk_tokens = {} must be a positive multiple of {}", who,
+                      p.chunk_tokens, k_decode_tile);
+  if (p.n_splits < 1) return make_error("{}: n_splits (chunks) = {}", who, p.n_splits);
+  if (p.zero_ws != nullptr && p.zero_bytes % 16 != 0)
+    return make_error("{}: zero_bytes = {} must be a multiple of 16", who, p.zero_bytes);
+  fix_shift(p.kv.pages);
+  return cuda_status(launch_decode(p, true, lc), who);
+}
+
+Status soft_vote(soft_vote_params p, const launch_cfg& lc) {
+  const char* who = "soft_vote";
+  if (p.logits == nullptr || p.stats == nullptr || p.scores == nullptr)
+    return make_error("{}: logits / stats / scores are null", who);
+  if (p.G < 1 || p.G > 8) return make_error("{}: G = {} outside [1, 8]", who, p.G);
+  if (p.hist.seq_len == nullptr)
+    return make_error("{}: hist.seq_len is required (row lengths)", who);
+  if (p.logit_stride % 4 != 0 || p.score_stride % 4 != 0)
+    return make_error("{}: strides must be multiples of 4 (use score_row_stride)", who);
+  auto dev = current_device();
+  if (!dev) return dev.error();
+  const int tiles = select_max_tiles(p.max_len);
+  const int grid_x = std::clamp(2 * dev->n_sm / std::max(1, p.n_rows), 1, tiles);
+  return cuda_status(launch_soft_vote(p, grid_x, lc), who);
+}
+
+Status sketch_score(sketch_score_params p, const launch_cfg& lc) {
+  const char* who = "sketch_score";
+  SIEVE_TRY(check_pages(p.sk.pages, who));
+  if (p.sk.keys == nullptr || p.q == nullptr) return make_error("{}: keys / q are null", who);
+  if (p.sk.dim != 8 && p.sk.dim != 16 && p.sk.dim != 32)
+    return make_error("{}: sketch dim = {} unsupported (8, 16 or 32)", who, p.sk.dim);
+  if (p.sk.type != dtype::bf16 && p.sk.type != dtype::fp8_e4m3 && p.sk.type != dtype::int8)
+    return make_error("{}: sketch type {} unsupported (bf16, fp8_e4m3, int8)", who,
+                      static_cast<int>(p.sk.type));
+  if (p.n_sq < 1 || p.n_sq > 32) return make_error("{}: n_sq = {} outside [1, 32]", who, p.n_sq);
+  if (p.chunk_tokens <= 0 || p.n_chunks <= 0)
+    return make_error("{}: chunk_tokens / n_chunks unset", who);
+  if (p.mode == sketch_mode::stats && p.stats == nullptr)
+    return make_error("{}: stats mode needs stats", who);
+  if (p.mode == sketch_mode::vote && p.stats == nullptr)
+    return make_error("{}: vote mode needs pass-1 stats", who);
+  if (p.mode != sketch_mode::stats && p.scores == nullptr)
+    return make_error("{}: scores are null", who);
+  if (p.mode != sketch_mode::stats && p.hist.ws.base != nullptr && p.hist.seq_len == nullptr)
+    return make_error("{}: the fused histogram needs hist.seq_len", who);
+  if (p.zero_ws != nullptr && p.zero_bytes % 16 != 0)
+    return make_error("{}: zero_bytes = {} must be a multiple of 16", who, p.zero_bytes);
+  fix_shift(p.sk.pages);
+  return cuda_status(launch_sketch_score(p, lc), who);
+}
+
+Status select(select_params p, bool hist_done, const launch_cfg& lc) {
+  const char* who = "select";
+  if (p.scores == nullptr || p.seq_len == nullptr || p.out_idx == nullptr ||
+      p.out_count == nullptr || p.ws.base == nullptr)
+    return make_error("{}: scores / seq_len / out_idx / out_count / ws.base must be set", who);
+  if (p.n_rows <= 0 || p.rows_per_seq <= 0)
+    return make_error("{}: n_rows = {}, rows_per_seq = {}", who, p.n_rows, p.rows_per_seq);
+  if (p.out_stride < p.budget.k_max)
+    return make_error("{}: out_stride = {} < k_max = {}", who, p.out_stride, p.budget.k_max);
+  if (p.budget.k_max < 0 || p.budget.k_min < 0)
+    return make_error("{}: negative k_max / k_min", who);
+  if (p.score_stride % 4 != 0) return make_error("{}: score_stride must be a multiple of 4", who);
+  if (p.ws.n_rows < p.n_rows)
+    return make_error("{}: workspace sized for {} rows, need {}", who, p.ws.n_rows, p.n_rows);
+  auto dev = current_device();
+  if (!dev) return dev.error();
+  const int grid_x = std::clamp(4 * dev->n_sm / p.n_rows, 1, p.ws.max_tiles);
+  return cuda_status(launch_select(p, hist_done, grid_x, lc), who);
+}
+
+Status kv_append(kv_append_params p, const launch_cfg& lc) {
+  const char* who = "kv_append";
+  if (p.n_new < 0) return make_error("{}: n_new = {}", who, p.n_new);
+  if (p.n_new == 0) return {};
+  if (p.k == nullptr || p.v == nullptr || p.k_new == nullptr || p.v_new == nullptr ||
+      p.slot == nullptr)
+    return make_error("{}: k / v / k_new / v_new / slot are null", who);
+  if (p.head_dim % 8 != 0)
+    return make_error("{}: head_dim = {} must be a multiple of 8", who, p.head_dim);
+  if (p.type != dtype::bf16 && p.type != dtype::f16)
+    return make_error("{}: kv type must be bf16 or f16", who);
+  if (p.sk_keys != nullptr) {
+    if (p.n_sk_heads <= 0 || p.n_kv_heads % p.n_sk_heads != 0)
+      return make_error("{}: n_sk_heads = {} must divide n_kv_heads = {}", who, p.n_sk_heads,
+                        p.n_kv_heads);
+    if (p.proj == nullptr || p.sk_dim <= 0)
+      return make_error("{}: sketch needs proj and sk_dim", who);
+    if (p.sk_scale <= 0.f) return make_error("{}: sk_scale = {} must be > 0", who, p.sk_scale);
+  }
+  if (static_cast<int64_t>(p.n_kv_heads) * p.head_dim * 4 > 64 * 1024)
+    return make_error("{}: n_kv_heads * head_dim = {} too large for one CTA", who,
+                      p.n_kv_heads * p.head_dim);
+  return cuda_status(launch_kv_append(p, lc), who);
+}
+
+Status sketch_query(sketch_query_params p, const launch_cfg& lc) {
+  const char* who = "sketch_query";
+  if (p.q == nullptr) return make_error("{}: q is null", who);
+  if (p.batch <= 0 || p.n_q_heads <= 0 || p.head_dim <= 0)
+    return make_error("{}: empty shape", who);
+  if (p.proj != nullptr) {
+    if (p.n_kv_heads <= 0 || p.n_q_heads % p.n_kv_heads != 0 || p.n_sk_heads <= 0 ||
+        p.n_kv_heads % p.n_sk_heads != 0)
+      return make_error("{}: heads must nest: n_q {} / n_kv {} / n_sk {}", who, p.n_q_heads,
+                        p.n_kv_heads, p.n_sk_heads);
+    if (p.q_out == nullptr) return make_error("{}: proj set but q_out is null", who);
+  }
+  return cuda_status(launch_sketch_query(p, lc), who);
+}
+
+Status prefill_attention(prefill_params p, const launch_cfg& lc) {
+  const char* who = "prefill_attention";
+  SIEVE_TRY(check_kv(p.kv, p.n_q_heads, true, who));
+  SIEVE_TRY(check_set(p.set, p.kv.n_kv_heads, who));
+  if (p.q == nullptr || p.o == nullptr || p.qo_indptr == nullptr)
+    return make_error("{}: q / o / qo_indptr are null", who);
+  if (p.max_q <= 0 || p.total_q <= 0)
+    return make_error("{}: max_q = {}, total_q = {}", who, p.max_q, p.total_q);
+  if (p.n_splits < 1) return make_error("{}: n_splits = {}", who, p.n_splits);
+  if (p.n_splits > 1 && (p.ws_o == nullptr || p.ws_ml == nullptr))
+    return make_error("{}: n_splits > 1 needs ws_o and ws_ml", who);
+  fix_shift(p.kv.pages);
+  return cuda_status(launch_prefill(p, lc), who);
+}
+
+}  // namespace sieve::cuda

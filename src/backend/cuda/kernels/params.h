@@ -1,0 +1,238 @@
+// POD parameter structs shared by the CUDA kernels (kernels/*.cuh), their launchers
+// (launch/*.cu) and the host API (cuda_ops.h). Raw pointers only: no engine types here,
+// so the engine adapts its own KV store / selection types to these at one place.
+//
+// Conventions
+// - Paged KV of one layer: K and V each [n_pages, page_size, n_kv_heads, head_dim].
+//   Sequence b owns pages page_indices[page_indptr[b] .. page_indptr[b+1]) in order; its
+//   last page holds last_page_len[b] tokens (1..page_size). Token t of sequence b lives
+//   in page page_indices[page_indptr[b] + t / page_size], slot t % page_size.
+// - Sketch keys are paged with the same page table, head-major inside a page so that
+//   one head's keys of a page are contiguous: [n_pages, n_sk_heads, page_size, d_s].
+// - Selections are index lists of token positions, ascending, one row per
+//   (sequence, selection head): idx [n_rows, stride], count [n_rows]. This is CSR with
+//   indptr[r] = r * stride and a per-row length (no scan needed on the device).
+// - Logits and softmax statistics are kept in base-2 units (x * log2(e)) so kernels use
+//   exp2; lse outputs are natural-log.
+#pragma once
+
+#include <cstdint>
+
+namespace sieve::cuda {
+
+enum class dtype : int32_t { f32 = 0, f16 = 1, bf16 = 2, fp8_e4m3 = 3, int8 = 4 };
+
+// A paged page table (shared by K/V and the sketch keys of a layer).
+struct page_table {
+  const int32_t* indptr = nullptr;         // [batch + 1]
+  const int32_t* indices = nullptr;        // [indptr[batch]]
+  const int32_t* last_page_len = nullptr;  // [batch]
+  int32_t batch = 0;
+  int32_t page_size = 0;
+  int32_t page_shift =
+      -1;  // log2(page_size) when it is a power of two, else -1 (set by the host API)
+};
+
+// One layer's paged K/V.
+struct paged_kv {
+  const void* k = nullptr;  // [n_pages, page_size, n_kv_heads, head_dim]
+  const void* v = nullptr;  // [n_pages, page_size, n_kv_heads, head_dim]
+  page_table pages;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  dtype type = dtype::bf16;  // bf16 or f16
+};
+
+// Which tokens an attention reads. Dense when sel_idx is null: all tokens [0, len).
+// Sparse: sinks [0, n_sink) + the selected list + the window [q_start - n_window, len),
+// where q_start = len - n_queries is the first query position (the queries' own KV is
+// already appended). The selection must lie in [n_sink, q_start - n_window), which is the
+// range the selection kernels use, so the three parts never overlap.
+struct token_set {
+  const int32_t* sel_idx = nullptr;    // [batch * sel_heads, sel_stride] ascending positions
+  const int32_t* sel_count = nullptr;  // [batch * sel_heads]
+  int32_t sel_stride = 0;
+  int32_t sel_heads = 1;  // 1: one list per sequence; n_kv_heads: one list per kv head
+  int32_t n_sink = 0;
+  int32_t n_window = 0;
+};
+
+// Decode attention (one query token per sequence), split-K over the token set, partial
+// (o, max, sum) states merged by the last CTA of each (sequence, kv head).
+// Also the exact paged q.K scorer (score_mode): then v is unused, the token set is dense,
+// and the kernel writes base-2 logits and per-chunk softmax statistics.
+struct decode_params {
+  paged_kv kv;
+  token_set set;
+  const void* q = nullptr;  // [batch, n_q_heads, head_dim], kv.type
+  int32_t n_q_heads = 0;
+  float scale = 0.f;  // softmax scale, typically 1/sqrt(head_dim)
+  // attention outputs
+  void* o = nullptr;       // [batch, n_q_heads, head_dim], kv.type
+  float* lse = nullptr;    // [batch, n_q_heads] natural-log sum-exp, optional
+  int32_t n_splits = 1;    // CTAs per (sequence, kv head)
+  float* ws_o = nullptr;   // [batch, n_kv_heads, n_splits, G, head_dim] unnormalised partial o
+  float* ws_ml = nullptr;  // [batch, n_kv_heads, n_splits, G, 2] (max, sum), base 2
+  uint32_t* ws_counter = nullptr;  // [batch, n_kv_heads]: zero before first use; left zero
+  // score-mode outputs
+  float* logits = nullptr;  // [batch * n_kv_heads, G, logit_stride] q.k * scale * log2(e)
+  int64_t logit_stride = 0;
+  float* stats = nullptr;    // [batch * n_kv_heads, n_splits, G, 2] per-chunk (max, sum), base 2
+  int32_t chunk_tokens = 0;  // score mode: tokens per CTA (multiple of 64)
+  void* zero_ws = nullptr;   // score mode: if set, CTA 0 of each row zeroes this many bytes
+  int64_t zero_bytes = 0;    //   (the selection workspace header; see select_params)
+};
+
+// Selection workspace: device scratch of select_workspace_bytes(); its per-row header must
+// be zero when a selection pipeline starts (the first scorer kernel zeroes it, or the host
+// API issues a memset).
+struct select_workspace {
+  void* base = nullptr;
+  int32_t n_rows = 0;
+  int32_t max_tiles = 0;  // tiles of select_tile scores per row (ceil(max_len / tile))
+};
+
+// Budget of a selection, per row. Selected = the r* highest scores of the row's range,
+// r* = min(k_max, max(k_min, r_p)) where r_p is the smallest count whose score mass
+// reaches top_p * (mass of the range); top_p >= 1 means pure top-k (r_p = k_max).
+// Ties at the threshold are broken by lower token index.
+struct select_budget {
+  int32_t k_max = 0;
+  int32_t k_min = 0;
+  float top_p = 2.f;
+  int32_t lo = 0;    // first selectable position (n_sink)
+  int32_t tail = 0;  // positions >= len - tail are not selectable (window + queries)
+};
+
+// Scores of many rows and where the selection goes.
+struct select_params {
+  const float* scores = nullptr;  // [n_rows, score_stride]
+  int64_t score_stride = 0;
+  const int32_t* seq_len = nullptr;  // [n_rows / rows_per_seq] tokens in each sequence
+  int32_t rows_per_seq = 1;
+  int32_t n_rows = 0;
+  select_budget budget;
+  select_workspace ws;
+  int32_t* out_idx = nullptr;    // [n_rows, out_stride] ascending token positions
+  int32_t out_stride = 0;        // >= budget.k_max
+  int32_t* out_count = nullptr;  // [n_rows]
+};
+
+// Histogram sink used by scorer kernels that fuse the first selection pass.
+struct hist_sink {
+  select_workspace ws;
+  const int32_t* seq_len = nullptr;
+  int32_t rows_per_seq = 1;
+  select_budget budget;
+  bool want_mass = false;  // top-p needs the score mass per bin
+};
+
+// Sketch keys of one layer, paged like K.
+struct sketch_keys {
+  const void* keys = nullptr;  // [n_pages, n_sk_heads, page_size, dim]
+  dtype type = dtype::bf16;    // bf16, fp8_e4m3 or int8 (value = stored * key_scale)
+  float key_scale = 1.f;
+  int32_t n_sk_heads = 0;
+  int32_t dim = 0;  // d_s: 8, 16 or 32
+  page_table pages;
+};
+
+enum class sketch_mode : int32_t {
+  stats = 0,  // pass 1 of the soft vote: per-chunk per-head (max, sum)
+  vote = 1,   // pass 2: score = sum_h softmax_h, using the merged pass-1 statistics
+  raw = 2,    // one pass: score = sum_h logit_h (ranks only; no mass meaning)
+};
+
+// Sketch (indexer) scoring: logit_{h,t} = (q_h . key_t) * key_scale * scale over the
+// sketch head's n_sq query heads.
+struct sketch_score_params {
+  sketch_keys sk;
+  const float* q = nullptr;  // [batch, n_sk_heads, n_sq, dim] fp32 query sketches
+  int32_t n_sq = 0;          // query heads per sketch head (<= 32)
+  float scale = 1.f;
+  sketch_mode mode = sketch_mode::vote;
+  int32_t chunk_tokens = 0;  // tokens per CTA
+  int32_t n_chunks = 0;
+  float* stats = nullptr;   // [batch * n_sk_heads, n_chunks, n_sq, 2]
+  float* scores = nullptr;  // [batch * n_sk_heads, score_stride]
+  int64_t score_stride = 0;
+  hist_sink hist;           // vote/raw modes: fused first histogram pass (ws.base may be null)
+  void* zero_ws = nullptr;  // stats mode: CTA 0 of each row zeroes this (see decode_params);
+                            // raw mode: the launcher memsets it first
+  int64_t zero_bytes = 0;
+};
+
+// Soft vote from exact logits: score_t = sum_h 2^(l_{h,t} - M_h) / Z_h over the G heads of a
+// KV group, M_h/Z_h merged from the per-chunk statistics of the scorer.
+struct soft_vote_params {
+  const float* logits = nullptr;  // [n_rows, G, logit_stride]
+  int64_t logit_stride = 0;
+  const float* stats = nullptr;  // [n_rows, n_chunks, G, 2]
+  int32_t n_chunks = 0;
+  int32_t G = 0;
+  int32_t n_rows = 0;
+  int32_t max_len = 0;
+  float* scores = nullptr;  // [n_rows, score_stride]
+  int64_t score_stride = 0;
+  hist_sink hist;
+};
+
+// Append new tokens' K/V into pages and write their sketch keys.
+struct kv_append_params {
+  void* k = nullptr;  // paged [n_pages, page_size, n_kv_heads, head_dim]
+  void* v = nullptr;
+  const void* k_new = nullptr;  // [n_new, n_kv_heads, head_dim]
+  const void* v_new = nullptr;
+  const int64_t* slot = nullptr;  // [n_new] page * page_size + offset
+  int32_t n_new = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t page_size = 0;
+  dtype type = dtype::bf16;
+  // sketch (optional: sk_keys null = none). Sketch head s projects the concatenated keys of
+  // kv heads [s*r, (s+1)*r), r = n_kv_heads / n_sk_heads, with proj[s]: [r*head_dim, dim].
+  void* sk_keys = nullptr;  // [n_pages, n_sk_heads, page_size, dim]
+  dtype sk_type = dtype::bf16;
+  float sk_scale = 1.f;  // stored = value / sk_scale
+  int32_t n_sk_heads = 0;
+  int32_t sk_dim = 0;
+  const float* proj = nullptr;  // [n_sk_heads, r * head_dim, sk_dim]
+};
+
+// Query sketches: q_sketch[b, s, j, :] = q[b, h, :] . proj[s][(g - s*r)*D : +D, :] for the
+// j-th query head of sketch head s (h = s*r*G + j, g = h / G). Optionally averages a chunk
+// of queries first (prefill selection uses one mean query per head).
+struct sketch_query_params {
+  const void* q = nullptr;  // [n_tok, n_q_heads, head_dim], type
+  dtype type = dtype::bf16;
+  const int32_t* qo_indptr = nullptr;  // [batch + 1] tokens of each sequence; null: one each
+  int32_t batch = 0;
+  int32_t n_q_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t n_sk_heads = 0;
+  int32_t sk_dim = 0;
+  const float* proj = nullptr;  // [n_sk_heads, r * head_dim, sk_dim]; null: no projection
+  float* q_out =
+      nullptr;  // proj: [batch, n_sk_heads, n_sq, sk_dim]; else [batch, n_q_heads, head_dim]
+  void* q_mean = nullptr;  // optional [batch, n_q_heads, head_dim] in `type` (mean query)
+};
+
+// Prefill chunk attention: the n_q_b newest tokens of each sequence attend causally to the
+// token set (dense or sinks + selection + window) of their sequence.
+struct prefill_params {
+  paged_kv kv;
+  token_set set;
+  const void* q = nullptr;             // [total_q, n_q_heads, head_dim], kv.type
+  const int32_t* qo_indptr = nullptr;  // [batch + 1]
+  int32_t n_q_heads = 0;
+  int32_t max_q = 0;    // max queries of one sequence
+  int32_t total_q = 0;  // qo_indptr[batch]
+  float scale = 0.f;
+  void* o = nullptr;       // [total_q, n_q_heads, head_dim]
+  int32_t n_splits = 1;    // split-K parts (merged by a second kernel)
+  float* ws_o = nullptr;   // [n_splits, total_q, n_q_heads, head_dim]
+  float* ws_ml = nullptr;  // [n_splits, total_q, n_q_heads, 2]
+};
+
+}  // namespace sieve::cuda

@@ -1,0 +1,36 @@
+// Raw launchers: one per kernel family, dispatching dtype / head_dim to template
+// instances. They trust their arguments (cuda_ops.cpp validates) and return the launch
+// error. Compiled by nvcc; this header is plain C++.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernels/params.h"
+
+namespace sieve::cuda {
+
+struct launch_cfg {
+  cudaStream_t stream = nullptr;
+  bool pdl = true;  // programmatic dependent launch (sm_90): overlap with the previous kernel
+};
+
+cudaError_t launch_decode(const decode_params& p, bool score_mode, const launch_cfg& lc);
+cudaError_t launch_soft_vote(const soft_vote_params& p, int grid_x, const launch_cfg& lc);
+cudaError_t launch_sketch_score(const sketch_score_params& p, const launch_cfg& lc);
+// hist_done: the level-0 histogram was fused into the scorer.
+cudaError_t launch_select(const select_params& p, bool hist_done, int grid_x, const launch_cfg& lc);
+cudaError_t launch_kv_append(const kv_append_params& p, const launch_cfg& lc);
+cudaError_t launch_sketch_query(const sketch_query_params& p, const launch_cfg& lc);
+cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
+
+// Pseudo-random fill (mean offset, sd scale) of n elements of type t: benchmark data.
+cudaError_t launch_fill_random(void* p, int64_t n, dtype t, uint64_t seed, float scale,
+                               float offset, cudaStream_t stream);
+
+int64_t select_workspace_bytes(int n_rows, int max_tiles);
+int64_t select_header_bytes();  // per row; zeroed at pipeline start
+int select_tile_scores();
+
+}  // namespace sieve::cuda

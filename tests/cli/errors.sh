@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Bad input to the CLI: each case must print one clear "error:" line on stderr and exit 1,
+# never crash (exit codes >= 128 are signals) and never print an internal error (exit 2).
+set -u
+SIEVE=${1:?usage: errors.sh path/to/sieve}
+# The real model for the cases that need one: $2, else the test model directories.
+MODEL=${2:-}
+if [ -z "$MODEL" ]; then
+  for d in "${SIEVE_TEST_MODEL_DIR:-}" "${SIEVE_HOME:-}/models" "$HOME/.cache/sieve/models" /tmp/models; do
+    if [ -n "$d" ] && [ -f "$d/smollm2.gguf" ]; then MODEL="$d/smollm2.gguf"; break; fi
+  done
+fi
+[ -n "$MODEL" ] || echo "note: smollm2.gguf not found; the real-model cases are skipped"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+pass=0
+
+expect_user_error() {  # name, expected substring, command...
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -ne 1 ]; then
+    echo "FAIL $name: exit code $rc (want 1)"; cat "$tmp/err"; fail=$((fail + 1)); return
+  fi
+  if ! grep -q "^error: .*$want" "$tmp/err"; then
+    echo "FAIL $name: stderr lacks 'error: ...$want'"; cat "$tmp/err"; fail=$((fail + 1)); return
+  fi
+  if [ "$(grep -c '^error:' "$tmp/err")" -ne 1 ]; then
+    echo "FAIL $name: more than one error line"; cat "$tmp/err"; fail=$((fail + 1)); return
+  fi
+  pass=$((pass + 1))
+}
+
+expect_user_error missing-file "no-such.gguf" "$SIEVE" run -m "$tmp/no-such.gguf" -p hi
+printf 'GGUF' >"$tmp/short.gguf"
+expect_user_error truncated-header "short.gguf" "$SIEVE" inspect "$tmp/short.gguf"
+printf 'NOPE0000000000000000000000000000' >"$tmp/magic.gguf"
+expect_user_error bad-magic "magic" "$SIEVE" run -m "$tmp/magic.gguf" -p hi
+: >"$tmp/empty.gguf"
+expect_user_error empty-file "empty.gguf" "$SIEVE" run -m "$tmp/empty.gguf" -p hi
+expect_user_error unknown-model-name "neither a file nor a known model" "$SIEVE" run -m nosuchmodel -p hi
+expect_user_error unknown-pull "unknown model" "$SIEVE" pull nosuchmodel
+expect_user_error unknown-policy "policy 'magic'" "$SIEVE" run -m "$tmp/empty.gguf" --policy magic -p hi
+expect_user_error bad-flag "no-such-flag" "$SIEVE" run --no-such-flag
+
+if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then
+  # truncated and corrupted copies of a real model
+  head -c 5000000 "$MODEL" >"$tmp/trunc.gguf"
+  expect_user_error truncated-model "truncated" "$SIEVE" run -m "$tmp/trunc.gguf" -p hi
+  cp "$MODEL" "$tmp/corrupt.gguf"
+  printf '\xff\xff\xff\xff\xff\xff\xff\x7f' | dd of="$tmp/corrupt.gguf" bs=1 seek=8 conv=notrunc status=none
+  expect_user_error corrupt-count "corrupt.gguf" "$SIEVE" run -m "$tmp/corrupt.gguf" -p hi
+  # a prompt longer than the context
+  python3 -c "print('word ' * 3000)" >"$tmp/long.txt"
+  expect_user_error prompt-too-long "context size" "$SIEVE" run -m "$MODEL" -c 256 -f "$tmp/long.txt" -n 4
+  expect_user_error bad-temperature "temperature" "$SIEVE" run -m "$MODEL" --temp -1 -p hi
+  expect_user_error missing-document "cannot read" "$SIEVE" run -m "$MODEL" -f "$tmp/missing-doc.txt" -p hi
+fi
+echo "cli errors: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -112,6 +112,11 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   }
   st.decode_ms = ms_since(t1);
   st.kv_bytes = kv_.seq_bytes(added->seq);
+  const KvStats ks = kv_.stats();
+  st.kv_bytes_per_token_full = ks.bytes_per_token_full;
+  st.kv_bytes_window_max = ks.max_bytes_per_seq_window;
+  st.n_layers_full = ks.n_stream_full;
+  st.n_layers_window = ks.n_stream_window;
   return st;
 }
 

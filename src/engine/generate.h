@@ -30,6 +30,10 @@ struct GenerateStats {
   double decode_ms = 0;
   int64_t kv_bytes = 0;
   int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
+  int64_t kv_bytes_per_token_full = 0;  // one more token of context, all full-attention layers
+  int64_t kv_bytes_window_max = 0;      // bound on what the sliding-window layers hold
+  int32_t n_layers_full = 0;
+  int32_t n_layers_window = 0;
   bool stopped_by_eog = false;
   double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const {

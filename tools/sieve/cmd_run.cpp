@@ -96,6 +96,10 @@ int run(const RunOptions& o) {
     j["stats"] = {{"prefill_ms", st.prefill_ms},       {"decode_ms", st.decode_ms},
                   {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
                   {"kv_bytes", st.kv_bytes},           {"policy", o.policy.name},
+                  {"kv_bytes_per_token_full_layers", st.kv_bytes_per_token_full},
+                  {"kv_bytes_window_layers_max", st.kv_bytes_window_max},
+                  {"n_layers_full", st.n_layers_full}, {"n_layers_window", st.n_layers_window},
+                  {"cached_tokens", st.cached_tokens},
                   {"threads", lm.pool->size()},        {"n_ctx", lm.n_ctx},
                   {"stopped_by_eog", st.stopped_by_eog}, {"model", lm.path}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

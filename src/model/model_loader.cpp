@@ -40,6 +40,44 @@ Result<const float*> TensorBinder::vector(const std::string& name, int64_t n) co
   return reinterpret_cast<const float*>(f_.tensor_data(*t));
 }
 
+Status LayerBinder::matrix(const char* name, int64_t n_rows, int64_t n_cols, WeightView& dst) const {
+  auto v = b_.matrix(prefix_ + name, n_rows, n_cols);
+  if (!v) return v.error();
+  dst = *v;
+  return {};
+}
+
+Status LayerBinder::vector(const char* name, int64_t n, const float*& dst) const {
+  auto v = b_.vector(prefix_ + name, n);
+  if (!v) return v.error();
+  dst = *v;
+  return {};
+}
+
+Status bind_embeddings_and_validate(const GgufFile& f, const std::string& a, ModelHParams& hp,
+                                    ModelWeights& w) {
+  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) return make_error("model: tensor 'token_embd.weight' is missing from {}", f.path());
+  hp.n_vocab = narrow_count(meta_uint_or(f, a + "vocab_size", static_cast<uint64_t>(emb->ne[1])));
+  SIEVE_TRY(validate_hparams(hp));
+  TensorBinder b(f);
+  auto tok = b.matrix("token_embd.weight", hp.n_vocab, hp.n_embd);
+  if (!tok) return tok.error();
+  w.tok_embd = *tok;
+  hp.tied_output = !b.has("output.weight");
+  if (hp.tied_output) {
+    w.output = w.tok_embd;
+  } else {
+    auto out = b.matrix("output.weight", hp.n_vocab, hp.n_embd);
+    if (!out) return out.error();
+    w.output = *out;
+  }
+  auto onorm = b.vector("output_norm.weight", hp.n_embd);
+  if (!onorm) return onorm.error();
+  w.output_norm = *onorm;
+  return {};
+}
+
 Result<uint64_t> meta_uint(const GgufFile& f, const std::string& key) {
   auto v = f.get_uint(key);
   if (!v) {

@@ -20,17 +20,15 @@ Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
   if (!n_ff) return n_ff.error();
   auto n_ctx = u("context_length");
   if (!n_ctx) return n_ctx.error();
-  // Counts beyond these bounds are rejected by validate_hparams; clamp before narrowing.
-  auto narrow = [](uint64_t v) { return static_cast<int32_t>(std::min<uint64_t>(v, 1u << 30)); };
-  hp.n_layer = narrow(*n_layer);
-  hp.n_embd = narrow(*n_embd);
-  hp.n_head = narrow(*n_head);
-  hp.n_ff = narrow(*n_ff);
-  hp.n_ctx_train = narrow(*n_ctx);
-  hp.n_head_kv = narrow(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
+  hp.n_layer = narrow_count(*n_layer);
+  hp.n_embd = narrow_count(*n_embd);
+  hp.n_head = narrow_count(*n_head);
+  hp.n_ff = narrow_count(*n_ff);
+  hp.n_ctx_train = narrow_count(*n_ctx);
+  hp.n_head_kv = narrow_count(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
   hp.head_dim = hp.n_head > 0 ? hp.n_embd / hp.n_head : 0;
-  hp.head_dim = narrow(meta_uint_or(f, a + "attention.key_length", hp.head_dim));
-  hp.n_rot = narrow(meta_uint_or(f, a + "rope.dimension_count", hp.head_dim));
+  hp.head_dim = narrow_count(meta_uint_or(f, a + "attention.key_length", hp.head_dim));
+  hp.n_rot = narrow_count(meta_uint_or(f, a + "rope.dimension_count", hp.head_dim));
   hp.rms_eps = static_cast<float>(meta_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-5));
   const float base = static_cast<float>(meta_float_or(f, a + "rope.freq_base", 10000.0));
   hp.rope_mode = RopeMode::norm;
@@ -42,52 +40,22 @@ Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
     return make_error("model: llama rope scaling '{}' is not supported yet", *scaling);
   }
 
-  const GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
-  if (!emb) return make_error("model: tensor 'token_embd.weight' is missing from {}", f.path());
-  hp.n_vocab = narrow(meta_uint_or(f, a + "vocab_size", static_cast<uint64_t>(emb->ne[1])));
-  SIEVE_TRY(validate_hparams(hp));
+  SIEVE_TRY(bind_embeddings_and_validate(f, a, hp, w));
 
   TensorBinder b(f);
-  auto tok = b.matrix("token_embd.weight", hp.n_vocab, hp.n_embd);
-  if (!tok) return tok.error();
-  w.tok_embd = *tok;
-  hp.tied_output = !b.has("output.weight");
-  if (hp.tied_output) {
-    w.output = w.tok_embd;
-  } else {
-    auto out = b.matrix("output.weight", hp.n_vocab, hp.n_embd);
-    if (!out) return out.error();
-    w.output = *out;
-  }
-  auto onorm = b.vector("output_norm.weight", hp.n_embd);
-  if (!onorm) return onorm.error();
-  w.output_norm = *onorm;
-
   w.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
     LayerWeights& L = w.layers[il];
-    auto m = [&](const char* n, int64_t r, int64_t c, WeightView& dst) -> Status {
-      auto v = b.matrix(p + n, r, c);
-      if (!v) return v.error();
-      dst = *v;
-      return {};
-    };
-    auto v = [&](const char* n, int64_t len, const float*& dst) -> Status {
-      auto r = b.vector(p + n, len);
-      if (!r) return r.error();
-      dst = *r;
-      return {};
-    };
-    SIEVE_TRY(v("attn_norm.weight", hp.n_embd, L.attn_norm));
-    SIEVE_TRY(m("attn_q.weight", hp.q_dim(), hp.n_embd, L.wq));
-    SIEVE_TRY(m("attn_k.weight", hp.kv_dim(), hp.n_embd, L.wk));
-    SIEVE_TRY(m("attn_v.weight", hp.kv_dim(), hp.n_embd, L.wv));
-    SIEVE_TRY(m("attn_output.weight", hp.n_embd, hp.q_dim(), L.wo));
-    SIEVE_TRY(v("ffn_norm.weight", hp.n_embd, L.ffn_norm));
-    SIEVE_TRY(m("ffn_gate.weight", hp.n_ff, hp.n_embd, L.w_gate));
-    SIEVE_TRY(m("ffn_up.weight", hp.n_ff, hp.n_embd, L.w_up));
-    SIEVE_TRY(m("ffn_down.weight", hp.n_embd, hp.n_ff, L.w_down));
+    const LayerBinder lb(b, il);
+    SIEVE_TRY(lb.vector("attn_norm.weight", hp.n_embd, L.attn_norm));
+    SIEVE_TRY(lb.matrix("attn_q.weight", hp.q_dim(), hp.n_embd, L.wq));
+    SIEVE_TRY(lb.matrix("attn_k.weight", hp.kv_dim(), hp.n_embd, L.wk));
+    SIEVE_TRY(lb.matrix("attn_v.weight", hp.kv_dim(), hp.n_embd, L.wv));
+    SIEVE_TRY(lb.matrix("attn_output.weight", hp.n_embd, hp.q_dim(), L.wo));
+    SIEVE_TRY(lb.vector("ffn_norm.weight", hp.n_embd, L.ffn_norm));
+    SIEVE_TRY(lb.matrix("ffn_gate.weight", hp.n_ff, hp.n_embd, L.w_gate));
+    SIEVE_TRY(lb.matrix("ffn_up.weight", hp.n_ff, hp.n_embd, L.w_up));
+    SIEVE_TRY(lb.matrix("ffn_down.weight", hp.n_embd, hp.n_ff, L.w_down));
   }
   return {};
 }

@@ -1,10 +1,17 @@
 // matmul driver: converts the activations once, then splits W's rows across the pool.
 //   m == 1 (decode), quantized W, AVX2: prepared activation row + row kernels (gemv).
 //   m > 1, quantized W, AVX2: the tiled integer GEMM (matmul_gemm.h).
+//   m == 1, float W, AVX2: f32 FMA over the rows in place (F16/BF16 converted on the fly).
 //   m > 1, float W, AVX2: W rows dequantized 4 at a time, f32 FMA tiles.
-//   everything else (SIEVE_SIMD=scalar, no AVX2, float W at m == 1): vec_dot per (weight row,
-//   activation row), weight row outermost so it stays in L1 across the activation rows.
+//   SIEVE_SIMD=scalar or no AVX2: vec_dot per (weight row, activation row), weight row
+//   outermost so it stays in L1 across the activation rows.
 // matmul_multi runs several products of one input in the same two pool jobs (convert, compute).
+//
+// Batch invariance: every path computes each y[i, r] in the dot-product order of quant.h
+// (the same rounded operations in the same order, whatever m, the row's position in a tile or
+// group, the tail handling or the thread count), and the activation conversion of a row
+// depends on that row only. So a row of a batched call equals, bit for bit, the same row
+// computed alone (decode), and the AVX2 and scalar paths agree bit for bit too.
 #include "backend/cpu/matmul.h"
 
 #include <algorithm>
@@ -176,11 +183,30 @@ void multi_gemv(const MatmulTarget* ts, const std::vector<int>& idx, const float
     for (size_t j = 0; j < idx.size(); ++j) {
       const MatmulTarget& tg = ts[idx[j]];
       const Prep& p = preps[prep_of[j]];
-      const auto [rb, re] = split(tg.w.n_rows, 1, ti, tn);
+      const auto [rb, re] = split(tg.w.n_rows, 8, ti, tn);
       if (rb < re)
-        cpu::gemv_rows_avx2(p.t, static_cast<const uint8_t*>(tg.w.data), n, rb, re, p.act, tg.y,
-                            p.k);
+        cpu::gemv_rows_avx2(p.t, static_cast<const uint8_t*>(tg.w.data), n, tg.w.n_rows, rb, re,
+                            p.act, tg.y, p.k);
     }
+  });
+}
+
+// ------------------------------------------------------------------ float weights, m == 1
+
+void float_gemv(const WeightView& w, const float* x, float* y, ThreadPool& pool,
+                MatmulScratch& scratch) {
+  const GgmlType t = w.type;
+  const int64_t n = w.n_cols;
+  Carver c(scratch, round_up(activation_row_bytes(t, n)) + round_up(n * sizeof(float)));
+  uint8_t* conv = c.take(activation_row_bytes(t, n));
+  auto* xf = reinterpret_cast<float*>(c.take(n * sizeof(float)));
+  // Rounded to the vec_dot_type and back, exactly as float_gemm does.
+  cpu::quant_kernels_avx2(t).quantize(x, conv, n);
+  cpu::quant_kernels_avx2(vec_dot_type(t)).dequantize(conv, xf, n);
+  run_job(pool, weight_bytes(w), [&](int ti, int tn) {
+    const auto [rb, re] = split(w.n_rows, 4, ti, tn);
+    if (rb < re)
+      cpu::gemv_float_rows_avx2(t, static_cast<const uint8_t*>(w.data), n, rb, re, xf, y);
   });
 }
 
@@ -272,8 +298,12 @@ void matmul_multi_isa(const MatmulTarget* ts, int n_targets, const float* x, int
     if (ts[j].w.n_rows <= 0) continue;
     if (avx2 && !is_float_type(ts[j].w.type) && gemm_q8_supported(ts[j].w.type)) {
       quantized.push_back(j);
-    } else if (avx2 && m > 1) {
-      float_gemm(ts[j].w, x, m, ts[j].y, pool, scratch);
+    } else if (avx2 && is_float_type(ts[j].w.type)) {
+      if (m > 1) {
+        float_gemm(ts[j].w, x, m, ts[j].y, pool, scratch);
+      } else {
+        float_gemv(ts[j].w, x, ts[j].y, pool, scratch);
+      }
     } else {
       const QuantKernels k =
           avx2 ? quant_kernels_avx2(ts[j].w.type) : quant_kernels_scalar(ts[j].w.type);

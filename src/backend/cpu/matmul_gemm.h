@@ -6,6 +6,10 @@
 // one maddubs against the interleaved activations gives 8 rows' partial dots at once, so the
 // per-block float work (convert, scale, accumulate) is shared by 8 activation rows and each
 // unpacked weight block is used by every activation row of the tile.
+//
+// Every kernel here computes each output in the dot-product order of quant.h (lanes are
+// independent, so neither the tile shape, a row's lane or group, nor the thread split changes
+// a bit): the GEMM, the decode kernels and vec_dot agree exactly (batch invariance).
 #pragma once
 
 #include <cstddef>
@@ -44,20 +48,28 @@ void gemm_rows_avx2(GgmlType weight_type, const uint8_t* w, int64_t n_cols, int6
 
 // Float weights (F32/F16/BF16 dequantized to f32): y[i * ldy + r] = dot(wf row r, xf row i)
 // for r < rr (1..4), i < m. wf: [rr, n]; xf: [m, n], already rounded to the weight's
-// vec_dot_type so the products equal ggml's.
+// vec_dot_type so the products equal ggml's. Float dot-product order of quant.h.
 constexpr int kFloatTileRows = 4;
 void gemm_f32_rows_avx2(const float* wf, int rr, const float* xf, int64_t m, int64_t n, float* y,
                         int64_t ldy);
 
 // Decode (m == 1). The activation row is prepared once (gemv_prepare, k = the weight type's
-// AVX2 kernels), then each weight row is one fused dot. Legacy types get the split layout
-// their row kernels want; K-quants use the Q8_K row and vec_dot.
+// AVX2 kernels), then weight rows are dotted 8 at a time. Legacy types get the split layout
+// their row kernels want; K-quants use the Q8_K row and vec_dot. Every value equals the
+// GEMM's for the same activation row, bit for bit (the dot-product order of quant.h).
 size_t gemv_act_bytes(GgmlType weight_type, int64_t n_cols);
 void gemv_prepare(GgmlType weight_type, const float* x, int64_t n_cols, uint8_t* dst,
                   const QuantKernels& k);
-// y[r] for r in [r_begin, r_end).
-void gemv_rows_avx2(GgmlType weight_type, const uint8_t* w, int64_t n_cols, int64_t r_begin,
-                    int64_t r_end, const uint8_t* act, float* y, const QuantKernels& k);
+// y[r] for r in [r_begin, r_end) of a matrix of n_rows rows (rows outside the range may be
+// read, never written). Ranges starting at multiples of 8 run fastest.
+void gemv_rows_avx2(GgmlType weight_type, const uint8_t* w, int64_t n_cols, int64_t n_rows,
+                    int64_t r_begin, int64_t r_end, const uint8_t* act, float* y,
+                    const QuantKernels& k);
+
+// Float weights at m == 1: y[r] = dot(W row r, xf) for r in [r_begin, r_end), read straight
+// from the F32/F16/BF16 rows; bit-identical to gemm_f32_rows_avx2 on the dequantized rows.
+void gemv_float_rows_avx2(GgmlType weight_type, const uint8_t* w, int64_t n_cols, int64_t r_begin,
+                          int64_t r_end, const float* xf, float* y);
 
 // matmul() / matmul_multi() with the SIMD path chosen by the caller (tests run both paths on
 // one machine).

@@ -3,7 +3,8 @@
 // Per tile of kR weight rows x kG groups (8 activation rows each), for every 32-element
 // block: 8 broadcasts of 4 unpacked weight bytes, 8 maddubs against interleaved activations
 // summed in int16 (as many as cannot overflow), one madd to int32, then one convert and one
-// FMA with d_w * d_x for 8 activation rows. Integer sums equal the scalar kernels' exactly.
+// FMA with d_w * d_x for 8 activation rows. Integer sums equal the scalar kernels' exactly,
+// and per lane the float chain is the dot-product order of quant.h (so is the decode path's).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -542,7 +543,7 @@ SIEVE_AVX2 void f32_tile(const float* wf, const float* xf, int64_t n, float* out
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < M; ++i) {
       float s = simd::hsum(acc[r][i]);
-      for (int64_t cc = c; cc < n; ++cc) s += wf[r * n + cc] * xf[i * n + cc];
+      for (int64_t cc = c; cc < n; ++cc) s = simd::fma_ss(wf[r * n + cc], xf[i * n + cc], s);
       out[i * R + r] = s;
     }
   }
@@ -562,6 +563,62 @@ SIEVE_AVX2 void f32_rows(const float* wf, const float* xf, int64_t m, int64_t n,
     f32_tile<R, 1>(wf, xf + i * n, n, out);
     for (int r = 0; r < R; ++r) y[i * ldy + r] = out[r];
   }
+}
+
+// Float weights at m == 1, read in place (F16/BF16 converted on the fly, exactly as
+// dequantization does): R rows against one activation row, the same chain per row as f32_tile.
+struct WF32 {
+  static SIEVE_AVX2_INLINE __m256 v8(const uint8_t* p, int64_t c) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c);
+  }
+  static SIEVE_AVX2_INLINE float s(const uint8_t* p, int64_t c) {
+    float v;
+    std::memcpy(&v, p + 4 * c, 4);
+    return v;
+  }
+};
+template <bool kBf16>
+struct WHalf {
+  static SIEVE_AVX2_INLINE __m256 v8(const uint8_t* p, int64_t c) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c));
+    if constexpr (kBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    } else {
+      return _mm256_cvtph_ps(v);
+    }
+  }
+  static SIEVE_AVX2_INLINE float s(const uint8_t* p, int64_t c) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * c, 2);
+    return kBf16 ? bf16_to_f32(h) : fp16_to_f32(h);
+  }
+};
+
+template <class WL, int R>
+SIEVE_AVX2 void float_gemv_tile(const uint8_t* w, size_t wrow, const float* xf, int64_t n,
+                                float* y) {
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    const __m256 xv = _mm256_loadu_ps(xf + c);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(WL::v8(w + r * wrow, c), xv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = simd::hsum(acc[r]);
+    for (int64_t cc = c; cc < n; ++cc) s = simd::fma_ss(WL::s(w + r * wrow, cc), xf[cc], s);
+    y[r] = s;
+  }
+}
+
+template <class WL>
+SIEVE_AVX2 void float_gemv_rows(const uint8_t* w, size_t wrow, int64_t r_begin, int64_t r_end,
+                                const float* xf, int64_t n, float* y) {
+  int64_t r = r_begin;
+  for (; r + 4 <= r_end; r += 4) float_gemv_tile<WL, 4>(w + r * wrow, wrow, xf, n, y + r);
+  for (; r < r_end; ++r) float_gemv_tile<WL, 1>(w + r * wrow, wrow, xf, n, y + r);
 }
 
 #endif  // SIEVE_HAVE_AVX2_BUILD
@@ -675,7 +732,25 @@ void gemm_f32_rows_avx2(const float* wf, int rr, const float* xf, int64_t m, int
       SIEVE_ASSERT(false && "gemm_f32_rows_avx2: 1..4 rows");
   }
 }
+void gemv_float_rows_avx2(GgmlType t, const uint8_t* w, int64_t n, int64_t r_begin, int64_t r_end,
+                          const float* xf, float* y) {
+  const size_t wrow = static_cast<size_t>(row_bytes(t, n));
+  switch (t) {
+    case GgmlType::F32:
+      return float_gemv_rows<WF32>(w, wrow, r_begin, r_end, xf, n, y);
+    case GgmlType::F16:
+      return float_gemv_rows<WHalf<false>>(w, wrow, r_begin, r_end, xf, n, y);
+    case GgmlType::BF16:
+      return float_gemv_rows<WHalf<true>>(w, wrow, r_begin, r_end, xf, n, y);
+    default:
+      SIEVE_ASSERT(false && "gemv_float_rows_avx2: F32/F16/BF16 only");
+  }
+}
 #else
+void gemv_float_rows_avx2(GgmlType, const uint8_t*, int64_t, int64_t, int64_t, const float*,
+                          float*) {
+  SIEVE_ASSERT(false && "gemv_float_rows_avx2: built without AVX2 support");
+}
 void gemm_rows_avx2(GgmlType, const uint8_t*, int64_t, int64_t, int64_t, const uint8_t*, int64_t,
                     float*, int64_t, uint8_t*) {
   SIEVE_ASSERT(false && "gemm_rows_avx2: built without AVX2 support");

@@ -8,9 +8,13 @@
 // only the float rounding terms remain, which catches any wrong integer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
@@ -176,8 +180,8 @@ TEST_P(MatmulTypeTest, MatchesDoubleReference) {
   }
 }
 
-// The GEMM (m > 1) and the decode path (m == 1) see identical activation bytes: row by row
-// they agree to float rounding.
+// The GEMM (m > 1) and the decode path (m == 1) see identical activation bytes and compute the
+// same dot-product order: row by row they agree bit for bit.
 TEST_P(MatmulTypeTest, BatchRowsEqualSingleRows) {
   if (!cpu::has_avx2_kernels()) GTEST_SKIP() << "no AVX2";
   const GgmlType t = GetParam();
@@ -190,15 +194,146 @@ TEST_P(MatmulTypeTest, BatchRowsEqualSingleRows) {
   std::vector<float> y(m * n_rows), y1(n_rows);
   const WeightView wv{t, w.data(), n_rows, n};
   cpu::matmul_isa(wv, x.data(), m, y.data(), pool, scratch, true);
-  std::vector<float> wf(n);
   for (int64_t i = 0; i < m; ++i) {
     cpu::matmul_isa(wv, x.data() + i * n, 1, y1.data(), pool, scratch, true);
     for (int64_t r = 0; r < n_rows; ++r) {
-      dequantize_row_ref(t, w.data() + r * row_bytes(t, n), wf.data(), n);
-      double mag = 0;  // float rounding scales with sum |w * x|, not with the (cancelling) result
-      for (int64_t c = 0; c < n; ++c) mag += std::fabs(static_cast<double>(wf[c]) * x[i * n + c]);
-      EXPECT_NEAR(y[i * n_rows + r], y1[r], 2e-5 * mag + 1e-30)
-          << type_name(t) << " " << i << "," << r;
+      EXPECT_EQ(f32_to_bits(y[i * n_rows + r]), f32_to_bits(y1[r]))
+          << type_name(t) << " " << i << "," << r << ": " << y[i * n_rows + r] << " vs " << y1[r];
+    }
+  }
+}
+
+// Bitwise equality of output rows, reported with the first differing element.
+::testing::AssertionResult same_row(const float* got, const float* want, int64_t n,
+                                    const std::string& what) {
+  if (std::memcmp(got, want, static_cast<size_t>(n) * sizeof(float)) == 0)
+    return ::testing::AssertionSuccess();
+  int64_t c = 0;
+  while (f32_to_bits(got[c]) == f32_to_bits(want[c])) ++c;
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "column %lld: got %.9g (0x%08x) want %.9g (0x%08x)",
+                static_cast<long long>(c), got[c], f32_to_bits(got[c]), want[c],
+                f32_to_bits(want[c]));
+  return ::testing::AssertionFailure() << what << ": " << buf;
+}
+
+// Batch invariance (the continuous-batching scheduler relies on it: a request's greedy tokens
+// must not depend on what it was batched with). Every output row of a batch of m rows must
+// equal, byte for byte, the same row computed alone (m == 1: the decode kernels), and in
+// random sub-batches (random rows in random order, so the row lands at other positions of the
+// GEMM tiles, groups and tails), through matmul and through matmul_multi next to another
+// product, with 1, 2 and 3 threads, on the AVX2 and the scalar path.
+TEST_P(MatmulTypeTest, BatchInvariantBitwise) {
+  const GgmlType t = GetParam();
+  const int64_t n = cols_for(t);
+  ThreadPool pools[3] = {ThreadPool(1), ThreadPool(2), ThreadPool(3)};
+  MatmulScratch scratch;
+  std::mt19937 rng(1000 + static_cast<uint32_t>(t));
+  // 203 rows: above the size where jobs go parallel, not a multiple of any tile; 5: fewer rows
+  // than one decode group.
+  for (int64_t n_rows : {int64_t{203}, int64_t{5}}) {
+    const int64_t n_rows2 = 29;
+    const auto w = random_weights(t, n_rows * n, rng);
+    const auto w2 = random_weights(t, n_rows2 * n, rng);
+    const WeightView wv{t, w.data(), n_rows, n}, wv2{t, w2.data(), n_rows2, n};
+    for (int64_t m : {1, 2, 5, 16, 17, 33, 512}) {
+      const auto x = random_activations(m * n, rng, m % 2 == 1);
+      for (bool avx2 : {true, false}) {
+        if (avx2 && !cpu::has_avx2_kernels()) continue;
+        const std::string tag = std::string(type_name(t)) + (avx2 ? " avx2" : " scalar") +
+                                " n_rows=" + std::to_string(n_rows) + " m=" + std::to_string(m);
+        std::vector<float> ref(m * n_rows), ref2(m * n_rows2);
+        cpu::matmul_isa(wv, x.data(), m, ref.data(), pools[0], scratch, avx2);
+        cpu::matmul_isa(wv2, x.data(), m, ref2.data(), pools[0], scratch, avx2);
+
+        // The whole batch with 2 and 3 threads.
+        std::vector<float> y(m * n_rows);
+        for (int th = 1; th < 3; ++th) {
+          cpu::matmul_isa(wv, x.data(), m, y.data(), pools[th], scratch, avx2);
+          for (int64_t i = 0; i < m; ++i) {
+            ASSERT_TRUE(same_row(&y[i * n_rows], &ref[i * n_rows], n_rows,
+                                 tag + " threads=" + std::to_string(th + 1) + " row " +
+                                     std::to_string(i)));
+          }
+        }
+        // Each row alone (decode), row i with 1 + i % 3 threads (for m = 512, every 11th row:
+        // pool wake-ups dominate the test's time).
+        for (int th = 0; th < 3; ++th) {
+          for (int64_t i = th; i < m; i += m > 64 ? 33 : 3) {
+            cpu::matmul_isa(wv, x.data() + i * n, 1, y.data(), pools[th], scratch, avx2);
+            ASSERT_TRUE(same_row(y.data(), &ref[i * n_rows], n_rows,
+                                 tag + " alone, threads=" + std::to_string(th + 1) + " row " +
+                                     std::to_string(i)));
+          }
+        }
+        // Random sub-batches of random rows in random order.
+        std::vector<int64_t> order(m);
+        for (int64_t i = 0; i < m; ++i) order[i] = i;
+        for (int rep = 0; rep < 4; ++rep) {
+          std::shuffle(order.begin(), order.end(), rng);
+          const int64_t k = std::uniform_int_distribution<int64_t>(1, m)(rng);
+          const int th = static_cast<int>(rng() % 3);
+          std::vector<float> xs(k * n), ys(k * n_rows), ys2(k * n_rows2);
+          for (int64_t j = 0; j < k; ++j)
+            std::copy_n(x.data() + order[j] * n, n, xs.data() + j * n);
+          const bool multi = rep % 2 == 1;
+          if (multi) {
+            const MatmulTarget targets[2] = {{wv2, ys2.data()}, {wv, ys.data()}};
+            cpu::matmul_multi_isa(targets, 2, xs.data(), k, pools[th], scratch, avx2);
+          } else {
+            cpu::matmul_isa(wv, xs.data(), k, ys.data(), pools[th], scratch, avx2);
+          }
+          for (int64_t j = 0; j < k; ++j) {
+            const std::string where = tag + (multi ? " multi" : "") + " sub-batch of " +
+                                      std::to_string(k) + ", threads=" + std::to_string(th + 1) +
+                                      ": row " + std::to_string(order[j]) + " at " +
+                                      std::to_string(j);
+            ASSERT_TRUE(same_row(&ys[j * n_rows], &ref[order[j] * n_rows], n_rows, where));
+            if (multi) {
+              ASSERT_TRUE(
+                  same_row(&ys2[j * n_rows2], &ref2[order[j] * n_rows2], n_rows2, where + " (2)"));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every path computes the dot-product order of quant.h, which the scalar vec_dot spells out:
+// the AVX2 matmul (decode and GEMM), the scalar matmul and both ISAs' vec_dot give its bits.
+TEST_P(MatmulTypeTest, EqualsScalarVecDotBitwise) {
+  const GgmlType t = GetParam();
+  const int64_t n = cols_for(t) * 2 + (type_info(t)->block_size == 1 ? 5 : 0), n_rows = 45;
+  std::mt19937 rng(23 + static_cast<uint32_t>(t));
+  const auto w = random_weights(t, n_rows * n, rng);
+  const size_t wrow = static_cast<size_t>(row_bytes(t, n));
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (int64_t m : {1, 11}) {
+    const auto x = random_activations(m * n, rng, true);
+    std::vector<float> want(m * n_rows);
+    std::vector<uint8_t> xq(activation_row_bytes(t, n));
+    for (int64_t i = 0; i < m; ++i) {
+      cpu::quant_kernels_scalar(t).quantize(x.data() + i * n, xq.data(), n);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        want[i * n_rows + r] = cpu::quant_kernels_scalar(t).vec_dot(w.data() + r * wrow, xq.data(), n);
+        if (cpu::has_avx2_kernels()) {
+          const float v = cpu::quant_kernels_avx2(t).vec_dot(w.data() + r * wrow, xq.data(), n);
+          ASSERT_EQ(f32_to_bits(v), f32_to_bits(want[i * n_rows + r]))
+              << type_name(t) << " avx2 vec_dot row " << r;
+        }
+      }
+    }
+    for (bool avx2 : {true, false}) {
+      if (avx2 && !cpu::has_avx2_kernels()) continue;
+      std::vector<float> y(m * n_rows);
+      cpu::matmul_isa({t, w.data(), n_rows, n}, x.data(), m, y.data(), pool, scratch, avx2);
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_TRUE(same_row(&y[i * n_rows], &want[i * n_rows], n_rows,
+                             std::string(type_name(t)) + (avx2 ? " avx2" : " scalar") +
+                                 " m=" + std::to_string(m) + " row " + std::to_string(i)));
+      }
     }
   }
 }

@@ -1,12 +1,14 @@
 // AVX2+FMA+F16C kernels for quant.h: dequantization (bit-identical to the scalar reference),
 // activation quantization (bit-identical bytes) and fused dot products, whose integer part is
 // exact (maddubs on u8 weights x s8 activations, then madd into int32) and whose float part
-// differs from the scalar kernels only in summation order.
+// follows the dot-product order of quant.h (bit-identical to the scalar reference too).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/quant_blocks.h"
+#include "backend/cpu/quant_kdot_avx2.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/simd_avx2.h"
 #include "core/assert.h"
@@ -318,99 +320,84 @@ SIEVE_AVX2 void qa_q8_k(const float* x, void* dst, int64_t n) {
 }
 
 // ---------------------------------------------------------------- dot products
+//
+// All of them follow the dot-product order of quant.h (the scalar kernels and every matmul
+// path do too), so they give the scalar reference's bits. The integer part of a block is
+// reduced to one exact int32, then one scalar FMA per block (two for the min terms) extends
+// a single running sum.
 
-SIEVE_AVX2 float vd_f32(const void* w, const void* x, int64_t n) {
-  const auto* a = static_cast<const float*>(w);
-  const auto* b = static_cast<const float*>(x);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
+using simd::fma_ss;
+
+// Float weights: one 8-lane FMA chain, the hsum tree, an FMA tail.
+template <class LoadW, class LoadX>
+SIEVE_AVX2_INLINE float float_dot(int64_t n, LoadW lw, LoadX lx) {
+  __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) {
-      acc[k] =
-          _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
-    }
-  }
-  for (; i + 8 <= n; i += 8)
-    acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
-  float s = simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(lw.v8(i), lx.v8(i), acc);
+  float s = simd::hsum(acc);
+  for (; i < n; ++i) s = fma_ss(lw.s(i), lx.s(i), s);
   return s;
 }
 
+struct LoadF32 {
+  const float* p;
+  SIEVE_AVX2_INLINE __m256 v8(int64_t i) const { return _mm256_loadu_ps(p + i); }
+  SIEVE_AVX2_INLINE float s(int64_t i) const { return p[i]; }
+};
 template <bool kBf16>
-SIEVE_AVX2_INLINE __m256 load8_half(const uint16_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (kBf16) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-  } else {
-    return _mm256_cvtph_ps(v);
+struct LoadHalf {
+  const uint16_t* p;
+  SIEVE_AVX2_INLINE __m256 v8(int64_t i) const {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    if constexpr (kBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    } else {
+      return _mm256_cvtph_ps(v);
+    }
   }
+  SIEVE_AVX2_INLINE float s(int64_t i) const {
+    return kBf16 ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
+  }
+};
+
+SIEVE_AVX2 float vd_f32(const void* w, const void* x, int64_t n) {
+  return float_dot(n, LoadF32{static_cast<const float*>(w)}, LoadF32{static_cast<const float*>(x)});
 }
 
 template <bool kBf16>
 SIEVE_AVX2 float vd_half(const void* w, const void* x, int64_t n) {
-  const auto* a = static_cast<const uint16_t*>(w);
-  const auto* b = static_cast<const uint16_t*>(x);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) {
-      acc[k] = _mm256_fmadd_ps(load8_half<kBf16>(a + i + 8 * k), load8_half<kBf16>(b + i + 8 * k),
-                               acc[k]);
-    }
-  }
-  for (; i + 8 <= n; i += 8)
-    acc[0] = _mm256_fmadd_ps(load8_half<kBf16>(a + i), load8_half<kBf16>(b + i), acc[0]);
-  float s = simd::hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) {
-    s += kBf16 ? bf16_to_f32(a[i]) * bf16_to_f32(b[i]) : fp16_to_f32(a[i]) * fp16_to_f32(b[i]);
-  }
-  return s;
+  return float_dot(n, LoadHalf<kBf16>{static_cast<const uint16_t*>(w)},
+                   LoadHalf<kBf16>{static_cast<const uint16_t*>(x)});
 }
 
-// Legacy 32-blocks. Two blocks per iteration with separate accumulators hide FMA latency.
-// Q4_0/Q5_0 use unsigned quants and subtract offset*sum(y) inside the int16 lanes (exact).
+// Legacy 32-blocks. Q4_0/Q5_0 use unsigned quants and subtract offset*sum(y) inside the int16
+// lanes (exact).
 SIEVE_AVX2 float vd_q4_0(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const BlockQ4_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);
   const __m256i off = _mm256_set1_epi8(8);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256i y = loadu(b[i].qs);
     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(simd::nibbles_to_bytes(a[i].qs), y),
                                        _mm256_maddubs_epi16(off, y));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f, acc);
+    const int s = simd::hsum_i32(_mm256_madd_epi16(p, ones));
+    acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
   }
-  return simd::hsum(acc);
+  return acc;
 }
 
 SIEVE_AVX2 float vd_q4_1(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const BlockQ4_1*>(w);
   const auto* b = static_cast<const BlockQ8_1*>(x);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float summs = 0;
-  const int64_t nb = n / kQK;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256 f0 =
-        _mm256_cvtepi32_ps(simd::dot_u8s8(simd::nibbles_to_bytes(a[i].qs), loadu(b[i].qs)));
-    const __m256 f1 =
-        _mm256_cvtepi32_ps(simd::dot_u8s8(simd::nibbles_to_bytes(a[i + 1].qs), loadu(b[i + 1].qs)));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f0, acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), f1, acc1);
-    summs += h2f(a[i].m) * h2f(b[i].s) + h2f(a[i + 1].m) * h2f(b[i + 1].s);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const int s = simd::hsum_i32(simd::dot_u8s8(simd::nibbles_to_bytes(a[i].qs), loadu(b[i].qs)));
+    acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
+    acc = fma_ss(h2f(a[i].m), h2f(b[i].s), acc);
   }
-  for (; i < nb; ++i) {
-    const __m256 f0 =
-        _mm256_cvtepi32_ps(simd::dot_u8s8(simd::nibbles_to_bytes(a[i].qs), loadu(b[i].qs)));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f0, acc0);
-    summs += h2f(a[i].m) * h2f(b[i].s);
-  }
-  return simd::hsum(_mm256_add_ps(acc0, acc1)) + summs;
+  return acc;
 }
 
 SIEVE_AVX2 float vd_q5_0(const void* w, const void* x, int64_t n) {
@@ -418,155 +405,69 @@ SIEVE_AVX2 float vd_q5_0(const void* w, const void* x, int64_t n) {
   const auto* b = static_cast<const BlockQ8_0*>(x);
   const __m256i off = _mm256_set1_epi8(16);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256i y = loadu(b[i].qs);
     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(simd::q5_bytes(a[i].qs, a[i].qh), y),
                                        _mm256_maddubs_epi16(off, y));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f, acc);
+    const int s = simd::hsum_i32(_mm256_madd_epi16(p, ones));
+    acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
   }
-  return simd::hsum(acc);
+  return acc;
 }
 
 SIEVE_AVX2 float vd_q5_1(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const BlockQ5_1*>(w);
   const auto* b = static_cast<const BlockQ8_1*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  float summs = 0;
+  float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256 f =
-        _mm256_cvtepi32_ps(simd::dot_u8s8(simd::q5_bytes(a[i].qs, a[i].qh), loadu(b[i].qs)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f, acc);
-    summs += h2f(a[i].m) * h2f(b[i].s);
+    const int s =
+        simd::hsum_i32(simd::dot_u8s8(simd::q5_bytes(a[i].qs, a[i].qh), loadu(b[i].qs)));
+    acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
+    acc = fma_ss(h2f(a[i].m), h2f(b[i].s), acc);
   }
-  return simd::hsum(acc) + summs;
+  return acc;
 }
 
 SIEVE_AVX2 float vd_q8_0(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const BlockQ8_0*>(w);
   const auto* b = static_cast<const BlockQ8_0*>(x);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / kQK;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256 f0 = _mm256_cvtepi32_ps(simd::dot_s8s8(loadu(a[i].qs), loadu(b[i].qs)));
-    const __m256 f1 = _mm256_cvtepi32_ps(simd::dot_s8s8(loadu(a[i + 1].qs), loadu(b[i + 1].qs)));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f0, acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), f1, acc1);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const int s = simd::hsum_i32(simd::dot_s8s8(loadu(a[i].qs), loadu(b[i].qs)));
+    acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
   }
-  for (; i < nb; ++i) {
-    const __m256 f0 = _mm256_cvtepi32_ps(simd::dot_s8s8(loadu(a[i].qs), loadu(b[i].qs)));
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), f0, acc0);
-  }
-  return simd::hsum(_mm256_add_ps(acc0, acc1));
-}
-
-// The 12 packed scale bytes of Q4_K/Q5_K (§2.4) -> bytes sc0..sc7, m0..m7, with four 32-bit
-// mask-and-shift steps instead of 16 scalar extractions:
-//   sc0..3 = bytes 0..3 & 63            m0..3 = bytes 4..7 & 63
-//   sc4..7 = (bytes 8..11 & 15) | (bytes 0..3 >> 6) << 4
-//   m4..7  = (bytes 8..11 >> 4) | (bytes 4..7 >> 6) << 4
-SIEVE_AVX2_INLINE __m128i k4_scales_mins(const uint8_t* scales) {
-  uint32_t u[3];
-  std::memcpy(u, scales, 12);
-  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  return _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
-                        static_cast<int>(m_hi));
-}
-
-// Shuffle control that broadcasts int16 lane j of each 128-bit half.
-SIEVE_AVX2_INLINE __m256i bcast16_ctrl(int j) {
-  return _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j)));
+  return acc;
 }
 
 // Q4_K/Q5_K: the 6-bit scales multiply the int16 pair sums inside madd; the mins meet the
-// Q8_K bsums in one more madd. One int->float conversion per super-block.
+// Q8_K bsums in one more madd. Two int->float conversions and FMAs per super-block.
 template <bool kQ5>
 SIEVE_AVX2 float vd_qk45(const void* w, const void* x, int64_t n) {
+  using B = std::conditional_t<kQ5, BlockQ5_K, BlockQ4_K>;
+  const auto* a = static_cast<const B*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const uint8_t* scales;
-    const uint8_t* qs;
-    const uint8_t* qh = nullptr;
-    float d, dmin;
-    if constexpr (kQ5) {
-      const auto& a = static_cast<const BlockQ5_K*>(w)[i];
-      scales = a.scales, qs = a.qs, qh = a.qh, d = h2f(a.d), dmin = h2f(a.dmin);
-    } else {
-      const auto& a = static_cast<const BlockQ4_K*>(w)[i];
-      scales = a.scales, qs = a.qs, d = h2f(a.d), dmin = h2f(a.dmin);
-    }
-    const __m128i sm = k4_scales_mins(scales);
-    // mins as int16 pairs (m_j, m_j) against bsums (16 per super-block, 2 per sub-block).
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-    const __m256i imin = _mm256_madd_epi16(loadu(b[i].bsums), mins);
-    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_set1_ps(b[i].d * dmin), accm);
-    const __m256i sc16 =
-        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // sc0..7 in both halves
-
-    __m256i hbits = kQ5 ? loadu(qh) : _mm256_setzero_si256();
-    __m256i isum0 = _mm256_setzero_si256(), isum1 = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = loadu(qs + 32 * c);
-      __m256i lo = _mm256_and_si256(q, m4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      if constexpr (kQ5) {
-        const __m256i one = _mm256_set1_epi8(1);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hbits, one), 4));
-        hi = _mm256_or_si256(
-            hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), one), 4));
-        hbits = _mm256_srli_epi16(hbits, 2);
-      }
-      const __m256i p0 = _mm256_maddubs_epi16(lo, loadu(b[i].qs + 64 * c));
-      const __m256i p1 = _mm256_maddubs_epi16(hi, loadu(b[i].qs + 64 * c + 32));
-      isum0 = _mm256_add_epi32(
-          isum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, bcast16_ctrl(2 * c))));
-      isum1 = _mm256_add_epi32(
-          isum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, bcast16_ctrl(2 * c + 1))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * d),
-                          _mm256_cvtepi32_ps(_mm256_add_epi32(isum0, isum1)), acc);
+    __m256i isum, imin;
+    kdot::qk45<kQ5>(a[i], b[i], &isum, &imin);
+    const int is = simd::hsum_i32(isum);
+    const int im = simd::hsum_i32(imin);
+    acc = fma_ss(static_cast<float>(is), h2f(a[i].d) * b[i].d, acc);
+    acc = fma_ss(-static_cast<float>(im), h2f(a[i].dmin) * b[i].d, acc);
   }
-  return simd::hsum(acc) - simd::hsum(accm);
+  return acc;
 }
 
-// Q6_K: unsigned 6-bit quants in maddubs; the -32 offset is 32*sum_j(sc_j*bsum_j), exact.
 SIEVE_AVX2 float vd_q6_k(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const BlockQ6_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(x);
-  __m256 acc = _mm256_setzero_ps();
+  float acc = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const __m256i sc16 =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].scales)));
-    __m256i isum = _mm256_slli_epi32(_mm256_madd_epi16(loadu(b[i].bsums), sc16), 5);
-    isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
-    // [sc0..7 | sc0..7] and [sc8..15 | sc8..15]: run k of half h takes sc[8h+2k] (first 16
-    // elements, low 128 bits) and sc[8h+2k+1] (high 128 bits).
-    const __m256i halves[2] = {_mm256_permute4x64_epi64(sc16, 0x44),
-                               _mm256_permute4x64_epi64(sc16, 0xEE)};
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256i q[4];
-      simd::q6_half(a[i].ql + 64 * h, a[i].qh + 32 * h, q);
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m256i p = _mm256_maddubs_epi16(q[k], loadu(b[i].qs + 128 * h + 32 * k));
-        const __m256i ctrl =
-            _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(((4 * k + 3) << 8) | (4 * k + 2))),
-                             _mm_set1_epi16(static_cast<int16_t>(((4 * k + 1) << 8) | (4 * k))));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(halves[h], ctrl)));
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(b[i].d * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    const int is = simd::hsum_i32(kdot::q6k(a[i], b[i]));
+    acc = fma_ss(static_cast<float>(is), h2f(a[i].d) * b[i].d, acc);
   }
-  return simd::hsum(acc);
+  return acc;
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // Scalar reference kernels: dequantization exactly per the shared reference §2, activation
-// quantization exactly as ggml's x86 build does it, and integer dot products per block.
-// The AVX2 kernels must reproduce dequantization and quantization bit for bit and the dot
-// products up to float summation order (integer parts are exact in both).
+// quantization exactly as ggml's x86 build does it, and integer dot products per block
+// combined in the dot-product order of quant.h. The AVX2 kernels (and every matmul path)
+// reproduce all three bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/quant_blocks.h"
 #include "backend/cpu/quant_kernels.h"
@@ -18,6 +19,30 @@ using namespace qblock;
 
 inline float h2f(uint16_t h) {
   return fp16_to_f32(h);
+}
+
+// One rounding (std::fma is exact-then-round whether or not the CPU has FMA).
+inline float fmaf1(float a, float b, float c) {
+  return std::fma(a, b, c);
+}
+
+// The float dot-product order of quant.h: 8 lane chains, the AVX2 hsum tree, an fma tail.
+template <class Load>
+float float_dot(int64_t n, Load ld) {
+  float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const auto [w, x] = ld(c + l);
+      a[l] = fmaf1(w, x, a[l]);
+    }
+  }
+  float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+  for (; c < n; ++c) {
+    const auto [w, x] = ld(c);
+    s = fmaf1(w, x, s);
+  }
+  return s;
 }
 
 // ---------------------------------------------------------------- dequantization
@@ -249,23 +274,19 @@ void qa_q8_k(const float* x, void* dst, int64_t n) {
 float vd_f32(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const float*>(w);
   const auto* b = static_cast<const float*>(x);
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
-  return static_cast<float>(s);
+  return float_dot(n, [&](int64_t i) { return std::pair<float, float>(a[i], b[i]); });
 }
 float vd_f16(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const uint16_t*>(w);
   const auto* b = static_cast<const uint16_t*>(x);
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(fp16_to_f32(a[i]) * fp16_to_f32(b[i]));
-  return static_cast<float>(s);
+  return float_dot(
+      n, [&](int64_t i) { return std::pair<float, float>(fp16_to_f32(a[i]), fp16_to_f32(b[i])); });
 }
 float vd_bf16(const void* w, const void* x, int64_t n) {
   const auto* a = static_cast<const uint16_t*>(w);
   const auto* b = static_cast<const uint16_t*>(x);
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(bf16_to_f32(a[i]) * bf16_to_f32(b[i]));
-  return static_cast<float>(s);
+  return float_dot(
+      n, [&](int64_t i) { return std::pair<float, float>(bf16_to_f32(a[i]), bf16_to_f32(b[i])); });
 }
 
 float vd_q4_0(const void* w, const void* x, int64_t n) {
@@ -278,7 +299,7 @@ float vd_q4_0(const void* w, const void* x, int64_t n) {
       s += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j];
       s += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
     }
-    sum += h2f(a[i].d) * h2f(b[i].d) * static_cast<float>(s);
+    sum = fmaf1(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), sum);
   }
   return sum;
 }
@@ -293,7 +314,8 @@ float vd_q4_1(const void* w, const void* x, int64_t n) {
       s += (a[i].qs[j] & 0xF) * b[i].qs[j];
       s += (a[i].qs[j] >> 4) * b[i].qs[j + 16];
     }
-    sum += h2f(a[i].d) * h2f(b[i].d) * static_cast<float>(s) + h2f(a[i].m) * h2f(b[i].s);
+    sum = fmaf1(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), sum);
+    sum = fmaf1(h2f(a[i].m), h2f(b[i].s), sum);
   }
   return sum;
 }
@@ -310,7 +332,7 @@ float vd_q5_0(const void* w, const void* x, int64_t n) {
       const int hi = ((a[i].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - 16;
       s += lo * b[i].qs[j] + hi * b[i].qs[j + 16];
     }
-    sum += h2f(a[i].d) * h2f(b[i].d) * static_cast<float>(s);
+    sum = fmaf1(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), sum);
   }
   return sum;
 }
@@ -327,7 +349,8 @@ float vd_q5_1(const void* w, const void* x, int64_t n) {
       const int hi = (a[i].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
       s += lo * b[i].qs[j] + hi * b[i].qs[j + 16];
     }
-    sum += h2f(a[i].d) * h2f(b[i].d) * static_cast<float>(s) + h2f(a[i].m) * h2f(b[i].s);
+    sum = fmaf1(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), sum);
+    sum = fmaf1(h2f(a[i].m), h2f(b[i].s), sum);
   }
   return sum;
 }
@@ -339,7 +362,7 @@ float vd_q8_0(const void* w, const void* x, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     int s = 0;
     for (int j = 0; j < kQK; ++j) s += a[i].qs[j] * b[i].qs[j];
-    sum += h2f(a[i].d) * h2f(b[i].d) * static_cast<float>(s);
+    sum = fmaf1(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), sum);
   }
   return sum;
 }
@@ -376,7 +399,8 @@ float vd_qk45(const void* w, const void* x, int64_t n) {
       isum += sc * dot;
       imin += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
     }
-    sum += b[i].d * d * static_cast<float>(isum) - b[i].d * dmin * static_cast<float>(imin);
+    sum = fmaf1(static_cast<float>(isum), d * b[i].d, sum);
+    sum = fmaf1(-static_cast<float>(imin), dmin * b[i].d, sum);
   }
   return sum;
 }
@@ -404,7 +428,7 @@ float vd_q6_k(const void* w, const void* x, int64_t n) {
       for (int l = 0; l < 16; ++l) dot += q[16 * j + l] * b[i].qs[16 * j + l];
       isum += a[i].scales[j] * dot;
     }
-    sum += b[i].d * h2f(a[i].d) * static_cast<float>(isum);
+    sum = fmaf1(static_cast<float>(isum), h2f(a[i].d) * b[i].d, sum);
   }
   return sum;
 }

@@ -30,6 +30,29 @@ SIEVE_AVX2_INLINE int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// Transposing lane sums of 8 int32 vectors (exact: integer adds), in three stages so that a
+// kernel can reduce rows as it produces them:
+//   hsum2_i32(a, b)  -> per 128-bit half: [a0+a2, b0+b2, a1+a3, b1+b3]
+//   hsum4_i32(t0, t1) (t0 = hsum2(v0, v1), t1 = hsum2(v2, v3)) -> [v0 v1 v2 v3] partial sums,
+//                       the elements 0..3 in the low half and 4..7 in the high half
+//   hsum8_i32(u0, u1) (u0 = v0..v3, u1 = v4..v7) -> lane l = the sum of the 8 lanes of v_l.
+SIEVE_AVX2_INLINE __m256i hsum2_i32(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+SIEVE_AVX2_INLINE __m256i hsum4_i32(__m256i t0, __m256i t1) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1));
+}
+SIEVE_AVX2_INLINE __m256i hsum8_i32(__m256i u0, __m256i u1) {
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// fma(a, b, c) with one rounding, on a scalar: the same operation as one lane of
+// _mm256_fmadd_ps (dot-product chains must give the same bits in every kernel).
+SIEVE_AVX2_INLINE float fma_ss(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
 SIEVE_AVX2_INLINE float h2f(uint16_t h) {
   return _cvtsh_ss(h);
 }

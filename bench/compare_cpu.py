@@ -32,6 +32,7 @@ def main():
     a = ap.parse_args()
     sieve = run([a.sieve, "-q", "bench", "-m", a.model, "--threads-list", a.threads,
                  "--lengths", a.lengths, "--n-decode", str(a.gen), "--reps", str(a.reps)])
+    print(json.dumps(sieve), file=sys.stderr, flush=True)  # kept even if the next part is cut off
     llama = run([sys.executable, os.path.join(HERE, "llama_cpp_bench.py"), a.model,
                  "--threads", *a.threads.split(","), "--lengths", *a.lengths.split(","),
                  "--gen", str(a.gen), "--reps", str(a.reps)])

@@ -12,5 +12,6 @@ export SIEVE_TEST_MODEL_DIR=${SIEVE_HOME:-$HOME/.cache/sieve}/models
 ctest --preset release -j "$(nproc)" --timeout 900
 scripts/build.sh asan
 # Under the sanitizers the golden-model tests (full forward passes over 1K-token prompts)
-# run with their short prompts only; SIEVE_TEST_SHORT tells them so.
-SIEVE_TEST_SHORT=1 ctest --preset asan -j "$(nproc)" --timeout 1800
+# use smaller workloads (SIEVE_TEST_SHORT); the llama.cpp golden comparisons (numerics, run
+# above in the release build) are left out.
+SIEVE_TEST_SHORT=1 ctest --preset asan -j "$(nproc)" --timeout 1800 -E Golden

@@ -26,6 +26,7 @@ struct EngineConfig {
   int32_t page_size = 16;
   int64_t kv_budget_bytes = 0;      // 0: room for max_running sequences of n_ctx tokens
   bool prefix_cache = true;
+  PolicyPtr default_policy;         // for requests without one; nullptr: auto
 };
 
 class Engine {

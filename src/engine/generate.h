@@ -11,6 +11,8 @@
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "kv/kv_store.h"
+#include "sparse/policy.h"
+#include "sparse/stats.h"
 
 namespace sieve {
 
@@ -19,6 +21,7 @@ struct GenerateOptions {
   int32_t n_batch = 512;       // prefill chunk size
   SamplerParams sampling;
   bool stop_at_eog = true;
+  PolicyPtr policy;  // sparse attention policy; nullptr: dense
   // Called once per prefill chunk with (tokens done, total).
   std::function<void(int64_t, int64_t)> on_prefill_progress;
 };
@@ -35,6 +38,8 @@ struct GenerateStats {
   int32_t n_layers_full = 0;
   int32_t n_layers_window = 0;
   bool stopped_by_eog = false;
+  std::string policy;  // the policy that ran (auto resolved)
+  SparseStats sparse;
   double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0; }
   double decode_tok_s() const {
     return decode_ms > 0 ? completion_tokens * 1000.0 / decode_ms : 0;

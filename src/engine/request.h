@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "sparse/policy.h"
+#include "sparse/stats.h"
 
 namespace sieve {
 
@@ -23,6 +25,7 @@ struct RequestParams {
   std::vector<std::string> stop;   // stop strings (may span tokens; never emitted)
   bool logprobs = false;           // log-probability of each generated token
   int32_t n_logprobs = 0;          // and of the top n alternatives (0: none)
+  PolicyPtr policy;                // sparse attention policy; nullptr: the engine's default
 };
 
 struct TokenLogprob {
@@ -46,6 +49,8 @@ struct RequestEvent {
   int32_t completion_tokens = 0;
   double ttft_ms = 0;              // submit -> first token
   int32_t n_preempted = 0;
+  std::string policy;              // the policy that ran (PolicyConfig::describe())
+  SparseStats sparse;
 };
 
 using RequestCallback = std::function<void(const RequestEvent&)>;

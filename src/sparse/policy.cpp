@@ -1,0 +1,420 @@
+#include "sparse/policy.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace sieve {
+namespace {
+
+constexpr std::string_view k_presets[] = {"auto", "dense", "streaming", "quest", "h2o",
+                                          "tokenselect", "sketch", "stca"};
+
+// The auto policy's sparse preset, chosen from bench/RESULTS.md (issue 6 measurements).
+constexpr std::string_view k_auto_preset = "tokenselect";
+
+template <class E>
+struct EnumName {
+  E value;
+  std::string_view name;
+};
+
+constexpr EnumName<ScorerKind> k_scorers[] = {
+    {ScorerKind::all, "all"}, {ScorerKind::none, "none"}, {ScorerKind::exact, "exact"},
+    {ScorerKind::sketch, "sketch"}, {ScorerKind::quest, "quest"}};
+constexpr EnumName<AggregationKind> k_aggs[] = {{AggregationKind::soft_vote, "soft_vote"},
+                                                {AggregationKind::hard_vote, "hard_vote"},
+                                                {AggregationKind::raw_sum, "raw_sum"}};
+constexpr EnumName<VoteScope> k_scopes[] = {{VoteScope::layer, "layer"}, {VoteScope::group, "group"}};
+constexpr EnumName<MemoryKind> k_memories[] = {
+    {MemoryKind::keep, "keep"}, {MemoryKind::evict_h2o, "h2o"}, {MemoryKind::evict_stca, "stca"}};
+constexpr EnumName<PositionMode> k_positions[] = {
+    {PositionMode::auto_, "auto"}, {PositionMode::original, "original"}, {PositionMode::compact, "compact"}};
+constexpr EnumName<PrefillMode> k_prefills[] = {{PrefillMode::dense, "dense"}, {PrefillMode::chunk, "chunk"}};
+
+template <class E, size_t N>
+std::string_view enum_name(const EnumName<E> (&table)[N], E v) {
+  for (const auto& e : table) {
+    if (e.value == v) return e.name;
+  }
+  return "?";
+}
+
+template <class E, size_t N>
+Status parse_enum(const EnumName<E> (&table)[N], std::string_view key, std::string_view value, E& out) {
+  std::string valid;
+  for (const auto& e : table) {
+    if (e.name == value) {
+      out = e.value;
+      return {};
+    }
+    valid += (valid.empty() ? "" : ", ") + std::string(e.name);
+  }
+  return make_error("policy knob {}: '{}' is not one of {}", key, value, valid);
+}
+
+Status parse_int(std::string_view key, std::string_view value, int64_t lo, int64_t hi, int32_t& out) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    return make_error("policy knob {}: '{}' is not an integer (expected {}..{})", key, value, lo, hi);
+  }
+  if (v < lo || v > hi) return make_error("policy knob {}: {} is outside {}..{}", key, v, lo, hi);
+  out = static_cast<int32_t>(v);
+  return {};
+}
+
+Status parse_float(std::string_view key, std::string_view value, double lo, double hi, float& out) {
+  std::string s(value);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) {
+    return make_error("policy knob {}: '{}' is not a number (expected {}..{})", key, value, lo, hi);
+  }
+  if (v < lo || v > hi) return make_error("policy knob {}: {} is outside {}..{}", key, v, lo, hi);
+  out = static_cast<float>(v);
+  return {};
+}
+
+Status parse_bool(std::string_view key, std::string_view value, bool& out) {
+  if (value == "1" || value == "true" || value == "on" || value == "yes") {
+    out = true;
+  } else if (value == "0" || value == "false" || value == "off" || value == "no") {
+    out = false;
+  } else {
+    return make_error("policy knob {}: '{}' is not a boolean (true/false, on/off, 1/0)", key, value);
+  }
+  return {};
+}
+
+struct Knob {
+  KnobInfo info;
+  std::function<Status(PolicyConfig&, std::string_view key, std::string_view)> set;
+  std::function<std::string(const PolicyConfig&)> get;
+};
+
+constexpr int64_t k_max_tokens = int64_t{1} << 30;
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> table = {
+      {{"scorer", "how tokens are ranked: all (dense), none (sinks + window), exact, sketch, quest"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_scorers, k, v, p.scorer); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_scorers, p.scorer)); }},
+      {{"aggregation", "how heads combine scores: soft_vote, hard_vote, raw_sum"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_aggs, k, v, p.aggregation); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_aggs, p.aggregation)); }},
+      {{"scope", "heads sharing one selection: layer (public TokenSelect code) or group (per KV head)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_scopes, k, v, p.scope); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_scopes, p.scope)); }},
+      {{"memory", "KV memory action: keep, h2o (accumulated-score eviction), stca (mass eviction)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_memories, k, v, p.memory); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_memories, p.memory)); }},
+      {{"positions", "auto (compact beyond the trained context), original, compact"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_positions, k, v, p.positions); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_positions, p.positions)); }},
+      {{"prefill", "prefill attention: dense, chunk (one selection per chunk's mean query)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_prefills, k, v, p.prefill); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_prefills, p.prefill)); }},
+      {{"top_k", "selected tokens besides sinks and window (0: none; a cap under top_p)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.top_k); },
+       [](const PolicyConfig& p) { return std::to_string(p.top_k); }},
+      {{"top_p", "select the smallest set reaching this score mass (0: off, use top_k)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.top_p); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.top_p); }},
+      {{"min_keep", "floor on the selected set under top_p"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.min_keep); },
+       [](const PolicyConfig& p) { return std::to_string(p.min_keep); }},
+      {{"sinks", "first tokens always read (and never evicted)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.sinks); },
+       [](const PolicyConfig& p) { return std::to_string(p.sinks); }},
+      {{"local", "most recent tokens always read (and never evicted)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.local); },
+       [](const PolicyConfig& p) { return std::to_string(p.local); }},
+      {{"block", "selection granularity in tokens (1 = token level; quest: page size)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, 4096, p.block); },
+       [](const PolicyConfig& p) { return std::to_string(p.block); }},
+      {{"pool_kernel", "max-pool smoothing width over neighbouring token scores (0 = off)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.pool_kernel); },
+       [](const PolicyConfig& p) { return std::to_string(p.pool_kernel); }},
+      {{"raw_logits", "score softmax without the 1/sqrt(d) scale (as TokenSelect's public code)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.raw_logits); },
+       [](const PolicyConfig& p) { return std::string(p.raw_logits ? "true" : "false"); }},
+      {{"theta", "selection cache: reuse the last selection while cos(query, cached) >= theta"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, -1.0, 1.0, p.theta); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.theta); }},
+      {{"selection_cache", "reuse selections across decode steps (true/false)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.selection_cache); },
+       [](const PolicyConfig& p) { return std::string(p.selection_cache ? "true" : "false"); }},
+      {{"sketch_dim", "sketch dimensions d_s (0 = head_dim / 8)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.sketch_dim); },
+       [](const PolicyConfig& p) { return std::to_string(p.sketch_dim); }},
+      {{"sketch_shared", "one sketch projection for all heads (true) or one per KV head (false)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.sketch_shared); },
+       [](const PolicyConfig& p) { return std::string(p.sketch_shared ? "true" : "false"); }},
+      {{"seed", "seed of the random sketch projection"},
+       [](PolicyConfig& p, auto k, auto v) -> Status {
+         int32_t s = 0;
+         SIEVE_TRY(parse_int(k, v, 0, INT32_MAX, s));
+         p.seed = static_cast<uint64_t>(s);
+         return {};
+       },
+       [](const PolicyConfig& p) { return std::to_string(p.seed); }},
+      {{"kv_budget", "eviction: tokens per layer a sequence may hold before eviction runs"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.kv_budget); },
+       [](const PolicyConfig& p) { return std::to_string(p.kv_budget); }},
+      {{"keep_mass", "stca: importance mass p the kept tokens must reach"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.keep_mass); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.keep_mass); }},
+      {{"decay", "importance decay per step (1 = plain accumulation)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.decay); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.decay); }},
+      {{"evict_floor", "stca: tokens kept at least, besides sinks and window"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.evict_floor); },
+       [](const PolicyConfig& p) { return std::to_string(p.evict_floor); }},
+      {{"min_context", "context length below which attention is dense (0 = sinks + top_k + local)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.min_context); },
+       [](const PolicyConfig& p) { return std::to_string(p.min_context); }},
+  };
+  return table;
+}
+
+std::string valid_presets() {
+  std::string s;
+  for (std::string_view p : k_presets) s += (s.empty() ? "" : ", ") + std::string(p);
+  return s;
+}
+
+std::string trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+Status check_consistency(const PolicyConfig& p) {
+  if (p.memory != MemoryKind::keep && p.kv_budget < p.sinks + p.local + 1) {
+    return make_error("policy knob kv_budget: {} must exceed sinks + local ({} + {})", p.kv_budget,
+                      p.sinks, p.local);
+  }
+  if (p.scorer == ScorerKind::quest && p.block < 2) {
+    return make_error("policy knob block: quest ranks blocks; set block >= 2 (e.g. block=16)");
+  }
+  return {};
+}
+
+}  // namespace
+
+int32_t PolicyConfig::threshold() const {
+  if (min_context > 0) return min_context;
+  const int64_t t = int64_t{sinks} + top_k + local;
+  return static_cast<int32_t>(std::min<int64_t>(t, INT32_MAX));
+}
+
+std::string PolicyConfig::describe() const {
+  const PolicyConfig base = *make_policy(preset);
+  std::string s = preset;
+  for (const Knob& k : knobs()) {
+    const std::string v = k.get(*this);
+    if (v != k.get(base)) s += fmt::format(" {}={}", k.info.name, v);
+  }
+  return s;
+}
+
+std::span<const std::string_view> policy_presets() {
+  return k_presets;
+}
+
+std::string_view auto_sparse_preset() {
+  return k_auto_preset;
+}
+
+std::span<const KnobInfo> policy_knobs() {
+  static const std::vector<KnobInfo> infos = [] {
+    std::vector<KnobInfo> v;
+    for (const Knob& k : knobs()) v.push_back(k.info);
+    return v;
+  }();
+  return infos;
+}
+
+Result<PolicyConfig> make_policy(std::string_view preset) {
+  PolicyConfig p;
+  p.preset = std::string(preset);
+  if (preset == "dense") {
+    p.scorer = ScorerKind::all;
+  } else if (preset == "streaming") {
+    // StreamingLLM: attention sinks + a recent window, at the same token budget as tokenselect.
+    p.scorer = ScorerKind::none;
+    p.top_k = 0;
+    p.local = 2048 + 512;
+  } else if (preset == "quest") {
+    // Quest: per-block min/max key bound, top blocks; per KV head as in the paper.
+    p.scorer = ScorerKind::quest;
+    p.block = 16;
+    p.scope = VoteScope::group;
+    p.aggregation = AggregationKind::raw_sum;
+    p.selection_cache = false;
+    p.prefill = PrefillMode::chunk;
+  } else if (preset == "h2o") {
+    // H2O: accumulated attention picks heavy hitters; the rest is evicted.
+    p.scorer = ScorerKind::exact;
+    p.memory = MemoryKind::evict_h2o;
+    p.kv_budget = 128 + 2048 + 512;
+    p.decay = 1.0f;
+    p.selection_cache = false;
+  } else if (preset == "tokenselect" || preset == "auto") {
+    p.scorer = ScorerKind::exact;
+    p.prefill = PrefillMode::chunk;
+    p.positions = PositionMode::auto_;
+  } else if (preset == "sketch") {
+    p.scorer = ScorerKind::sketch;
+    p.prefill = PrefillMode::chunk;
+    p.positions = PositionMode::auto_;
+  } else if (preset == "stca") {
+    p.scorer = ScorerKind::sketch;
+    p.memory = MemoryKind::evict_stca;
+    p.prefill = PrefillMode::chunk;
+    p.positions = PositionMode::original;  // kept tokens stay in original order and positions
+    p.kv_budget = 4096;
+  } else {
+    return make_error("unknown attention policy '{}'; policies: {}", preset, valid_presets());
+  }
+  return p;
+}
+
+Status set_policy_knob(PolicyConfig& p, std::string_view key, std::string_view value) {
+  if (key == "policy" || key == "preset") {
+    return make_error("'{}' names the preset; give it first (--policy NAME), then the knobs", key);
+  }
+  for (const Knob& k : knobs()) {
+    if (k.info.name == key) {
+      SIEVE_TRY(k.set(p, key, trim(value)));
+      return check_consistency(p);
+    }
+  }
+  std::string valid;
+  for (const Knob& k : knobs()) valid += (valid.empty() ? "" : ", ") + std::string(k.info.name);
+  return make_error("unknown policy knob '{}'; knobs: {}", key, valid);
+}
+
+Status set_policy_knob(PolicyConfig& p, std::string_view assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos) {
+    return make_error("policy setting '{}' is not key=value (e.g. --set top_k=1024)", assignment);
+  }
+  return set_policy_knob(p, trim(assignment.substr(0, eq)), trim(assignment.substr(eq + 1)));
+}
+
+Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::string> assignments) {
+  Result<PolicyConfig> p = make_policy(preset);
+  if (!p) return p;
+  for (const std::string& a : assignments) {
+    SIEVE_TRY(set_policy_knob(*p, a));
+  }
+  return p;
+}
+
+namespace {
+
+std::string json_scalar_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) return fmt::format("{:.17g}", v.get<double>());
+  return "\x01";  // an object, array or null: rejected by every knob parser
+}
+
+Result<PolicyConfig> policy_from_json(const nlohmann::json& j, std::string_view default_preset,
+                                      std::string_view where) {
+  if (!j.is_object()) return make_error("{}: expected a JSON object of policy knobs", where);
+  std::string preset(default_preset);
+  if (auto it = j.find("policy"); it != j.end()) {
+    if (!it->is_string()) return make_error("{}: \"policy\" must be a string", where);
+    preset = it->get<std::string>();
+  }
+  Result<PolicyConfig> p = make_policy(preset);
+  if (!p) return p;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "policy") continue;
+    const std::string text = json_scalar_text(it.value());
+    if (text == "\x01") return make_error("{}: knob {} must be a number, string or boolean", where, it.key());
+    if (Status st = set_policy_knob(*p, it.key(), text); !st) {
+      return make_error("{}: {}", where, st.message());
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<PolicyConfig> policy_from_json_text(std::string_view json, std::string_view default_preset) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded()) return make_error("policy: not valid JSON");
+  return policy_from_json(j, default_preset, "policy");
+}
+
+Result<PolicyConfig> load_policy_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error("cannot open policy file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const std::string t = trim(text);
+  if (!t.empty() && t[0] == '{') {
+    nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
+    if (j.is_discarded()) return make_error("policy file '{}': not valid JSON", path);
+    return policy_from_json(j, "auto", fmt::format("policy file '{}'", path));
+  }
+  std::string preset = "auto";
+  std::vector<std::pair<int, std::string>> lines;
+  std::istringstream ls(text);
+  std::string line;
+  for (int no = 1; std::getline(ls, line); ++no) {
+    if (size_t h = line.find('#'); h != std::string::npos) line.resize(h);
+    line = trim(line);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      return make_error("policy file '{}' line {}: '{}' is not key = value", path, no, line);
+    }
+    if (trim(line.substr(0, eq)) == "policy") {
+      if (!lines.empty()) {
+        return make_error("policy file '{}' line {}: put 'policy = NAME' before the knobs", path, no);
+      }
+      preset = trim(line.substr(eq + 1));
+      continue;
+    }
+    lines.emplace_back(no, line);
+  }
+  Result<PolicyConfig> p = make_policy(preset);
+  if (!p) return make_error("policy file '{}': {}", path, p.message());
+  for (const auto& [no, l] : lines) {
+    if (Status st = set_policy_knob(*p, l); !st) {
+      return make_error("policy file '{}' line {}: {}", path, no, st.message());
+    }
+  }
+  return p;
+}
+
+bool is_auto(const PolicyConfig& p) {
+  return p.preset == "auto";
+}
+
+int64_t auto_min_prompt() {
+  return 128 + 2048 + 512;
+}
+
+PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens) {
+  if (!is_auto(p)) return p;
+  if (prompt_tokens < std::max<int64_t>(auto_min_prompt(), p.threshold())) return *make_policy("dense");
+  PolicyConfig r = p;
+  r.preset = std::string(k_auto_preset);
+  return r;
+}
+
+}  // namespace sieve

@@ -1,0 +1,124 @@
+// Sparse attention policies: one composable pipeline (docs/sparse.md) whose stages are
+// configured by knobs, with presets that reproduce the published methods (dense, streaming,
+// quest, h2o, tokenselect, sketch, stca) and `auto` (a sparse preset above a length
+// threshold, dense below). Every knob is settable by name from `--set key=value`, a policy
+// file, or a request; unknown names and bad values are errors listing the valid ones.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/result.h"
+
+namespace sieve {
+
+// How tokens are ranked.
+enum class ScorerKind : uint8_t {
+  all,     // no selection: attention reads every kept token (dense, h2o after eviction)
+  none,    // no ranking: only the sinks and the local window are read (streaming)
+  exact,   // q.K over the paged cache (TokenSelect)
+  sketch,  // (qP).(KP) with a seeded random projection P to sketch_dim (SequenceO1)
+  quest,   // per-block upper bound from the blocks' min/max keys (Quest)
+};
+// How the heads that share one selection combine their scores.
+enum class AggregationKind : uint8_t {
+  soft_vote,  // per-head softmax over tokens, summed (TokenSelect's head soft vote)
+  hard_vote,  // each head votes for its own top-k; ranked by votes (ablation)
+  raw_sum,    // raw logits summed over heads (ablation)
+};
+// Which heads share one selected index set.
+enum class VoteScope : uint8_t { layer, group };
+// What happens to KV memory.
+enum class MemoryKind : uint8_t {
+  keep,       // every token stays; attention reads the selected ones
+  evict_h2o,  // accumulated attention; keep top heavy hitters + window (H2O)
+  evict_stca, // decayed sketch importance; keep the smallest set reaching mass p (STCA)
+};
+enum class PositionMode : uint8_t {
+  auto_,     // compact when the sequence exceeds the model's trained context, else original
+  original,  // selected tokens keep their original positions
+  compact,   // selected tokens renumbered 0..|S|-1 (length extrapolation)
+};
+enum class PrefillMode : uint8_t {
+  dense,  // prefill chunks attend to everything kept
+  chunk,  // one selection per chunk from the chunk's mean query (TokenSelect)
+};
+
+struct PolicyConfig {
+  std::string preset = "dense";  // the preset the knobs started from
+  ScorerKind scorer = ScorerKind::all;
+  AggregationKind aggregation = AggregationKind::soft_vote;
+  VoteScope scope = VoteScope::layer;
+  MemoryKind memory = MemoryKind::keep;
+  PositionMode positions = PositionMode::original;
+  PrefillMode prefill = PrefillMode::dense;
+
+  int32_t top_k = 2048;     // selected tokens (0: no top-k; with top_p: a cap when > 0)
+  float top_p = 0.0f;       // > 0: smallest set reaching this mass of the aggregated score
+  int32_t min_keep = 0;     // floor of the selected set under top_p
+  int32_t sinks = 128;      // first tokens, always read
+  int32_t local = 512;      // most recent tokens, always read
+  int32_t block = 1;        // selection granularity in tokens (1 = token level)
+  int32_t pool_kernel = 0;  // max-pool smoothing width over neighbouring scores (0/1 = off)
+  bool raw_logits = false;  // score softmax without the model's 1/sqrt(d) scale (public code)
+  float theta = 0.9f;       // selection cache: reuse while cos(fingerprint) >= theta
+  bool selection_cache = true;
+  int32_t sketch_dim = 0;   // 0: head_dim / 8
+  bool sketch_shared = true;  // one projection for all heads, else one per KV head
+  uint64_t seed = 0x51E7E;  // projection seed
+  // Eviction (h2o, stca).
+  int32_t kv_budget = 4096;  // tokens a sequence may hold per layer before eviction runs
+  float keep_mass = 0.9f;    // stca: kept importance mass p
+  float decay = 0.99f;       // stca: importance decay per step (h2o: 1)
+  int32_t evict_floor = 1024;  // stca: minimum tokens kept besides sinks and window
+  // Below this many context tokens a layer attends densely (0: sinks + top_k + local).
+  int32_t min_context = 0;
+
+  bool is_dense() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }
+  bool evicts() const { return memory != MemoryKind::keep; }
+  // Context length from which selection starts.
+  int32_t threshold() const;
+  // `preset key=value key=value ...` - for logs, records and reports.
+  std::string describe() const;
+};
+
+// Presets, in the order help lists them.
+std::span<const std::string_view> policy_presets();
+// The preset `auto` resolves to for long prompts, and the length from which it does.
+std::string_view auto_sparse_preset();
+
+// A preset by name ("auto" gives the auto policy).
+Result<PolicyConfig> make_policy(std::string_view preset);
+// Sets one knob by name; the error names the knob and its valid values, or lists the knobs.
+Status set_policy_knob(PolicyConfig& p, std::string_view key, std::string_view value);
+// "key=value" form.
+Status set_policy_knob(PolicyConfig& p, std::string_view assignment);
+// preset + assignments, in order.
+Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::string> assignments);
+// A policy file: JSON {"policy": NAME, "knob": value, ...} or lines `key = value` (with an
+// optional `policy = NAME` line first; '#' comments). Later knobs override earlier ones.
+Result<PolicyConfig> load_policy_file(const std::string& path);
+// Applies a JSON object's fields (policy first, then knobs) - the server's "sieve" field.
+Result<PolicyConfig> policy_from_json_text(std::string_view json, std::string_view default_preset);
+
+// Knob names and one-line help, for --help and errors.
+struct KnobInfo {
+  std::string_view name;
+  std::string_view help;
+};
+std::span<const KnobInfo> policy_knobs();
+
+// `auto` (preset == "auto") carries the knobs of auto_sparse_preset(); per sequence it
+// resolves to that preset when the prompt reaches auto_min_prompt() tokens, else to dense.
+bool is_auto(const PolicyConfig& p);
+int64_t auto_min_prompt();
+PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens);
+
+using PolicyPtr = std::shared_ptr<const PolicyConfig>;
+
+}  // namespace sieve

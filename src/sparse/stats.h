@@ -1,0 +1,38 @@
+// What a sparse policy did for one request: the per-request statistics of issue 6 (mean
+// selected tokens, fraction of the KV read, selection-cache hit rate, bytes read, tokens
+// evicted, KV bytes held). Counted per (layer, step) of full-attention layers.
+#pragma once
+
+#include <cstdint>
+
+namespace sieve {
+
+struct SparseStats {
+  int64_t layer_steps = 0;      // (layer, query chunk) attention calls counted
+  int64_t selected_tokens = 0;  // keys read by those calls, summed
+  int64_t context_tokens = 0;   // keys dense attention would have read, summed
+  int64_t selections = 0;       // selections computed
+  int64_t cache_lookups = 0;    // selection-cache lookups (decode)
+  int64_t cache_hits = 0;
+  int64_t bytes_read = 0;       // K/V (+ sketch) bytes read by scoring and attention
+  int64_t tokens_evicted = 0;   // summed over layers
+  int64_t kv_bytes_held = 0;    // at the end of the request
+
+  double mean_selected() const { return layer_steps ? double(selected_tokens) / layer_steps : 0; }
+  double selected_fraction() const {
+    return context_tokens ? double(selected_tokens) / context_tokens : 1.0;
+  }
+  double hit_rate() const { return cache_lookups ? double(cache_hits) / cache_lookups : 0; }
+  void add(const SparseStats& o) {
+    layer_steps += o.layer_steps;
+    selected_tokens += o.selected_tokens;
+    context_tokens += o.context_tokens;
+    selections += o.selections;
+    cache_lookups += o.cache_lookups;
+    cache_hits += o.cache_hits;
+    bytes_read += o.bytes_read;
+    tokens_evicted += o.tokens_evicted;
+  }
+};
+
+}  // namespace sieve

@@ -6,11 +6,12 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
+#include "engine/sparse_seq.h"
 
 namespace sieve {
 
-Forward::Forward(const Model& model, ThreadPool& pool, KvStore& kv)
-    : model_(model), pool_(pool), kv_(kv) {}
+Forward::Forward(const Model& model, ThreadPool& pool, KvStore& kv, const SketchProjection* sketch)
+    : model_(model), pool_(pool), kv_(kv), sketch_(sketch) {}
 
 Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   const ModelHParams& hp = model_.hp;
@@ -39,6 +40,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     }
   }
 
+  batch_ = batch;
   const int64_t E = hp.n_embd;
   h_.resize(n_tok * E);
   x_.resize(n_tok * E);
@@ -93,6 +95,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
         f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), row.v_f16(), hp.kv_dim());
       }
     }
+    write_sketches(il, batch);
     attention_layer(il, batch);
     matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
     if (hp.post_norms) rms_norm(tmp_.data(), L.post_attn_norm, hp.rms_eps, n_tok, E, tmp_.data());
@@ -141,29 +144,46 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   struct Task {
     int entry, kv_head;
     int32_t t0, t1;        // query tokens of the entry
-    int32_t k0, k1;        // key range (split-K), or k1 < 0 for all keys
+    const KvHeadView* view;
+    KeySet keys;           // the keys this task reads
     int split;             // index into partial buffers (-1: writes attn_ directly)
   };
   std::vector<Task> tasks;
   std::vector<KvHeadView> views(batch.size() * hp.n_head_kv);
   views_.clear();
+  if (plans_.size() < batch.size()) plans_.resize(batch.size());
   const int n_threads = pool_.size();
   int n_split_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int32_t n_q = static_cast<int32_t>(batch[i].tokens.size());
     for (int h = 0; h < hp.n_head_kv; ++h) {
       views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, il), h);
-      const int32_t n_keys = views[i * hp.n_head_kv + h].n_tokens;
+    }
+    EntryPlan& plan = plans_[i];
+    plan.active = false;
+    plan.compact = false;
+    if (batch[i].sparse && window == 0) {
+      plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
+    }
+    for (int h = 0; h < hp.n_head_kv; ++h) {
+      const KvHeadView* view = plan.compact ? &plan.views[h] : &views[i * hp.n_head_kv + h];
+      const bool list = plan.active && !plan.compact;
+      const int32_t n_keys = plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
+      auto key_range = [&](int32_t k0, int32_t k1) {
+        return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0} : KeySet{nullptr, 0, k0, k1};
+      };
       if (n_q == 1 && n_keys >= 256 && n_threads > 1) {
         const int n_parts = std::min<int>(2 * n_threads, n_keys / 128);
         for (int p = 0; p < n_parts; ++p) {
-          tasks.push_back({static_cast<int>(i), h, 0, 1, static_cast<int32_t>(int64_t(n_keys) * p / n_parts),
-                           static_cast<int32_t>(int64_t(n_keys) * (p + 1) / n_parts), n_split_rows++});
+          tasks.push_back({static_cast<int>(i), h, 0, 1, view,
+                           key_range(static_cast<int32_t>(int64_t(n_keys) * p / n_parts),
+                                     static_cast<int32_t>(int64_t(n_keys) * (p + 1) / n_parts)),
+                           n_split_rows++});
         }
       } else {
         constexpr int32_t kQBlock = 32;
         for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
-          tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), 0, -1, -1});
+          tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, key_range(0, n_keys), -1});
         }
       }
     }
@@ -175,6 +195,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   const int64_t qd = hp.q_dim();
   pool_.run([&](int, int) {
     std::vector<float> qbuf, obuf;
+    std::vector<int32_t> cpos, delta;
     for (size_t ti = next++; ti < tasks.size(); ti = next++) {
       const Task& tk = tasks[ti];
       const BatchEntry& e = batch[tk.entry];
@@ -186,17 +207,32 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
         std::copy(src, src + G * d, qbuf.data() + static_cast<size_t>(t) * G * d);
       }
-      AttnQuery aq{qbuf.data(), pos_.data() + off + tk.t0, nq, G, d, hp.attn_scale, window};
-      const KvHeadView& kv = views[tk.entry * hp.n_head_kv + tk.kv_head];
+      const int32_t* qpos = pos_.data() + off + tk.t0;
+      const EntryPlan& plan = plans_[tk.entry];
+      if (plan.compact) {
+        // The chunk's own tokens are the last n_q keys of the gathered set.
+        const int32_t n_sel = plan.views[tk.kv_head].n_tokens;
+        const int32_t n_q_all = static_cast<int32_t>(e.tokens.size());
+        cpos.resize(nq);
+        delta.resize(nq);
+        for (int32_t t = 0; t < nq; ++t) {
+          cpos[t] = n_sel - n_q_all + tk.t0 + t;
+          delta[t] = cpos[t] - qpos[t];
+        }
+        rope(qbuf.data(), delta.data(), nq, G, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+        qpos = cpos.data();
+      }
+      AttnQuery aq{qbuf.data(), qpos, nq, G, d, hp.attn_scale, window};
+      const KvHeadView& kv = *tk.view;
       if (tk.split >= 0) {
-        attend(aq, kv, KeySet{nullptr, 0, tk.k0, tk.k1},
+        attend(aq, kv, tk.keys,
                part_o.data() + static_cast<size_t>(tk.split) * G * d,
                part_m.data() + static_cast<size_t>(tk.split) * G,
                part_l.data() + static_cast<size_t>(tk.split) * G);
         continue;
       }
       obuf.resize(qbuf.size());
-      attend(aq, kv, KeySet{nullptr, 0, 0, kv.n_tokens}, obuf.data());
+      attend(aq, kv, tk.keys, obuf.data());
       for (int32_t t = 0; t < nq; ++t) {
         float* dst = attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
         std::copy(obuf.data() + static_cast<size_t>(t) * G * d, obuf.data() + static_cast<size_t>(t + 1) * G * d, dst);

@@ -13,6 +13,7 @@
 #include "engine/kv_binding.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
+#include "sparse/sketch.h"
 
 namespace sieve {
 
@@ -23,6 +24,7 @@ struct BatchEntry {
   KvSeqId seq = 0;
   std::span<const int32_t> tokens;   // the chunk
   bool all_logits = false;           // logits for every token of the chunk, else the last only
+  class SparseSeq* sparse = nullptr; // sparse policy state; nullptr: dense attention
 };
 
 struct ForwardStats {
@@ -32,7 +34,8 @@ struct ForwardStats {
 
 class Forward {
  public:
-  Forward(const Model& model, ThreadPool& pool, KvStore& kv);
+  // sketch: writes sketch keys of every appended token when the store keeps them.
+  Forward(const Model& model, ThreadPool& pool, KvStore& kv, const SketchProjection* sketch = nullptr);
 
   // Runs the step. logits receives, entry by entry, the rows asked for: all tokens of an
   // entry with all_logits, else its last token ([n_rows, n_vocab] row-major).
@@ -42,16 +45,33 @@ class Forward {
 
  private:
   void attention_layer(int layer, std::span<const BatchEntry> batch);
+  // What one entry reads in a full-attention layer under its sparse policy.
+  struct EntryPlan {
+    bool active = false;   // read key sets instead of every key
+    bool compact = false;  // renumbered positions: gathered, re-rotated K/V below
+    std::vector<std::vector<int32_t>> keys;  // [n_kv_head] ascending stream indices
+    std::vector<std::vector<uint16_t>> gk, gv;  // compact: gathered K/V per KV head
+    std::vector<std::vector<int32_t>> gpos;     // compact: positions 0..|S|-1 per KV head
+    std::vector<const uint16_t*> kp, vp;        // one-page tables of the gathered views
+    std::vector<const int32_t*> pp;
+    std::vector<KvHeadView> views;              // compact views [n_kv_head]
+  };
+  void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
+  void write_sketches(int layer, std::span<const BatchEntry> batch);
 
   const Model& model_;
   ThreadPool& pool_;
   KvStore& kv_;
+  const SketchProjection* sketch_;
   HeadViewTables views_;
+  std::vector<EntryPlan> plans_;
+  std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch
   MatmulScratch mm_;
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;
   std::vector<int32_t> pos_;
   std::vector<int64_t> entry_offset_;  // first token of each entry in the batch
+  std::span<const BatchEntry> batch_;  // the step being run
 };
 
 }  // namespace sieve

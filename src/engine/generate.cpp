@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/log.h"
+#include "engine/sparse_seq.h"
 
 namespace sieve {
 namespace {
@@ -13,13 +14,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 constexpr int32_t kPageSize = 16;
 
-KvStore make_store(const Model& m, int32_t n_ctx) {
-  const ModelHParams& hp = m.hp;
-  auto store = KvStore::create(kv_config_for(hp, kv_budget_bytes(hp, n_ctx, 1, kPageSize),
-                                             kPageSize, hp.arch + ":" + hp.name));
-  SIEVE_ASSERT(store.ok());
-  return std::move(store.value());
-}
 
 // Frees the sequence on every exit path.
 struct SeqGuard {
@@ -30,18 +24,34 @@ struct SeqGuard {
 
 }  // namespace
 
-Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx)
-    : model_(model), pool_(pool), n_ctx_(n_ctx), kv_(make_store(model, n_ctx)), fwd_(model, pool, kv_) {}
+Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx, const SketchSpec& sketch)
+    : model_(model), pool_(pool), n_ctx_(n_ctx) {
+  make_store(sketch);
+}
+
+void Generator::make_store(const SketchSpec& sketch) {
+  const ModelHParams& hp = model_.hp;
+  fwd_.reset();
+  kv_.reset();
+  sketch_ = std::make_unique<SketchProjection>(sketch);
+  KvConfig cfg = kv_config_for(hp, 0, kPageSize, hp.arch + ":" + hp.name);
+  cfg.sketch_dim = sketch.dim;
+  cfg.budget_bytes = kv_budget_bytes(hp, n_ctx_, 1, kPageSize, sketch.dim);
+  auto store = KvStore::create(cfg);
+  SIEVE_ASSERT(store.ok());
+  kv_ = std::make_unique<KvStore>(std::move(store.value()));
+  fwd_ = std::make_unique<Forward>(model_, pool_, *kv_, sketch_.get());
+}
 
 Status Generator::prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch,
                           bool all_logits,
                           const std::function<void(int64_t, int64_t)>& progress,
-                          std::vector<float>& logits, std::vector<float>* all) {
+                          std::vector<float>& logits, std::vector<float>* all, SparseSeq* sparse) {
   const int64_t n = static_cast<int64_t>(prompt.size());
-  for (int64_t i = kv_.n_tokens(seq); i < n; i += n_batch) {
+  for (int64_t i = kv_->n_tokens(seq); i < n; i += n_batch) {
     const int64_t m = std::min<int64_t>(n_batch, n - i);
     const KvAppend app{seq, prompt.subspan(i, m)};
-    auto room = kv_.reserve(std::span<const KvAppend>(&app, 1));
+    auto room = kv_->reserve(std::span<const KvAppend>(&app, 1));
     if (!room) return room.error();
     if (!room->fits()) {
       return make_error("the KV cache has no room for {} more tokens ({} pages missing)", m,
@@ -51,9 +61,11 @@ Status Generator::prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t 
     e.seq = seq;
     e.tokens = prompt.subspan(i, m);
     e.all_logits = all_logits;
-    SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
+    e.sparse = sparse;
+    SIEVE_TRY(fwd_->run(std::span<const BatchEntry>(&e, 1), logits));
+    if (sparse) SIEVE_TRY(sparse_after_step(*kv_, seq, *sparse, model_.hp));
     if (all) all->insert(all->end(), logits.begin(), logits.end());
-    SIEVE_TRY(kv_.publish(seq));
+    SIEVE_TRY(kv_->publish(seq));
     if (progress) progress(i + m, n);
   }
   return {};
@@ -77,14 +89,23 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
       return make_error("token id {} is outside the vocabulary [0, {})", t, model_.hp.n_vocab);
     }
   }
-  auto added = kv_.add_sequence(prompt);
+  const PolicyConfig policy = opt.policy ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
+                                          : *make_policy("dense");
+  if (const SketchSpec want = sketch_spec_for(policy, model_.hp); want.dim > 0 && !(want == sketch_->spec())) {
+    make_store(want);
+  }
+  std::unique_ptr<SparseSeq> sparse;
+  if (!policy.is_dense()) sparse = std::make_unique<SparseSeq>(policy, model_.hp);
+  st.policy = policy.describe();
+  auto added = kv_->add_sequence(prompt, policy_cache_salt(policy));
   if (!added) return added.error();
-  SeqGuard guard{kv_, added->seq};
+  SeqGuard guard{*kv_, added->seq};
   st.cached_tokens = added->n_cached;
 
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  SIEVE_TRY(prefill(added->seq, prompt, opt.n_batch, false, opt.on_prefill_progress, logits, nullptr));
+  SIEVE_TRY(prefill(added->seq, prompt, opt.n_batch, false, opt.on_prefill_progress, logits, nullptr,
+                    sparse.get()));
   st.prefill_ms = ms_since(t0);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
 
@@ -100,19 +121,27 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
       break;
     }
     if (!on_token(tok)) break;
-    if (g + 1 == opt.n_predict || kv_.n_tokens(added->seq) >= n_ctx_) break;
+    if (g + 1 == opt.n_predict || kv_->n_tokens(added->seq) >= n_ctx_) break;
     const KvAppend app{added->seq, std::span<const int32_t>(&history.back(), 1)};
-    auto room = kv_.reserve(std::span<const KvAppend>(&app, 1));
+    auto room = kv_->reserve(std::span<const KvAppend>(&app, 1));
     if (!room) return room.error();
     if (!room->fits()) break;  // sized for n_ctx: only reached at the context end
     BatchEntry e;
     e.seq = added->seq;
     e.tokens = std::span<const int32_t>(&history.back(), 1);
-    SIEVE_TRY(fwd_.run(std::span<const BatchEntry>(&e, 1), logits));
+    e.sparse = sparse.get();
+    SIEVE_TRY(fwd_->run(std::span<const BatchEntry>(&e, 1), logits));
+    if (sparse) SIEVE_TRY(sparse_after_step(*kv_, added->seq, *sparse, model_.hp));
   }
   st.decode_ms = ms_since(t1);
-  st.kv_bytes = kv_.seq_bytes(added->seq);
-  const KvStats ks = kv_.stats();
+  st.kv_bytes = kv_->seq_bytes(added->seq);
+  if (sparse) {
+    st.sparse = sparse->stats;
+    st.sparse.kv_bytes_held = st.kv_bytes;
+  } else {
+    st.sparse.kv_bytes_held = st.kv_bytes;
+  }
+  const KvStats ks = kv_->stats();
   st.kv_bytes_per_token_full = ks.bytes_per_token_full;
   st.kv_bytes_window_max = ks.max_bytes_per_seq_window;
   st.n_layers_full = ks.n_stream_full;
@@ -126,11 +155,11 @@ Result<std::vector<float>> Generator::prompt_logits(std::span<const int32_t> pro
     return make_error("prompt of {} tokens does not fit the context {}", prompt.size(), n_ctx_);
   }
   // No prefix reuse: every position's logits are computed.
-  auto added = kv_.add_sequence(std::span<const int32_t>());
+  auto added = kv_->add_sequence(std::span<const int32_t>());
   if (!added) return added.error();
-  SeqGuard guard{kv_, added->seq};
+  SeqGuard guard{*kv_, added->seq};
   std::vector<float> all, logits;
-  SIEVE_TRY(prefill(added->seq, prompt, n_batch, true, nullptr, logits, &all));
+  SIEVE_TRY(prefill(added->seq, prompt, n_batch, true, nullptr, logits, &all, nullptr));
   return all;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -50,7 +51,9 @@ class Generator {
  public:
   // Owns a paged KV store sized for one sequence of n_ctx tokens; it persists across
   // generate() calls, so a repeated prompt prefix is served from the prefix cache.
-  Generator(const Model& model, ThreadPool& pool, int32_t n_ctx);
+  // sketch: the sketch keys the store keeps from the start (a policy that needs others
+  // rebuilds the store, dropping the prefix cache).
+  Generator(const Model& model, ThreadPool& pool, int32_t n_ctx, const SketchSpec& sketch = {});
   int32_t n_ctx() const { return n_ctx_; }
   // on_token(id) returns false to stop. The prompt must fit: prompt + n_predict <= n_ctx is
   // not required (generation stops at the context end), but the prompt alone must fit.
@@ -63,13 +66,15 @@ class Generator {
   // Prefills prompt[n_cached..] of a new sequence in chunks; logits of the last token.
   Status prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch, bool all_logits,
                  const std::function<void(int64_t, int64_t)>& progress, std::vector<float>& logits,
-                 std::vector<float>* all);
+                 std::vector<float>* all, class SparseSeq* sparse);
+  void make_store(const SketchSpec& sketch);
 
   const Model& model_;
   ThreadPool& pool_;
   int32_t n_ctx_;
-  KvStore kv_;
-  Forward fwd_;
+  std::unique_ptr<SketchProjection> sketch_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<Forward> fwd_;
 };
 
 }  // namespace sieve

@@ -4,9 +4,10 @@
 
 namespace sieve {
 
-int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size) {
-  // Per token per stream: K + V rows (f16) + position.
-  const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4;
+int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
+                        int32_t sketch_dim) {
+  // Per token per stream: K + V rows (f16) + sketch keys (f32) + position.
+  const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv + 4;
   const int64_t pages_full = (n_ctx + page_size - 1) / page_size;
   int64_t pages = 0;
   for (LayerKind k : hp.layer_kind) {

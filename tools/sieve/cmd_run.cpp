@@ -53,7 +53,7 @@ int run(const RunOptions& o) {
     ss << in.rdbuf();
     document = ss.str();
   }
-  check_policy(o.policy);
+  const PolicyPtr policy = policy_from_flags(o.policy);
   LoadedModel lm = load_for_run(o.model);
   const Tokenizer& tok = *lm.model->tokenizer;
   const std::string text = build_prompt_text(*lm.model, document, o.prompt, o.chat);
@@ -63,6 +63,7 @@ int run(const RunOptions& o) {
   GenerateOptions g;
   g.n_predict = o.n_predict;
   g.sampling = o.sampling.params();
+  g.policy = policy;
   const bool tty = isatty(2) && !o.json;
   if (tty && ids.size() > 1024) {
     g.on_prefill_progress = [](int64_t done, int64_t total) {
@@ -95,7 +96,13 @@ int run(const RunOptions& o) {
     j["completion_tokens"] = st.completion_tokens;
     j["stats"] = {{"prefill_ms", st.prefill_ms},       {"decode_ms", st.decode_ms},
                   {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
-                  {"kv_bytes", st.kv_bytes},           {"policy", o.policy.name},
+                  {"kv_bytes", st.kv_bytes},           {"policy", st.policy},
+                  {"selected_fraction", st.sparse.selected_fraction()},
+                  {"mean_selected_tokens", st.sparse.mean_selected()},
+                  {"selection_cache_hit_rate", st.sparse.hit_rate()},
+                  {"selection_cache_lookups", st.sparse.cache_lookups},
+                  {"bytes_read", st.sparse.bytes_read},
+                  {"tokens_evicted", st.sparse.tokens_evicted},
                   {"kv_bytes_per_token_full_layers", st.kv_bytes_per_token_full},
                   {"kv_bytes_window_layers_max", st.kv_bytes_window_max},
                   {"n_layers_full", st.n_layers_full}, {"n_layers_window", st.n_layers_window},
@@ -110,10 +117,13 @@ int run(const RunOptions& o) {
     if (log_level() <= LogLevel::info) {
       std::fprintf(stderr,
                    "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
-                   "(%.1f tok/s) | KV %.1f MiB | policy %s | %d threads\n",
+                   "(%.1f tok/s) | KV %.1f MiB | policy %s | read %.1f%% of KV, cache hits %.0f%%, "
+                   "evicted %lld | %d threads\n",
                    static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
                    static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
-                   st.kv_bytes / 1048576.0, o.policy.name.c_str(), lm.pool->size());
+                   st.kv_bytes / 1048576.0, st.policy.c_str(), 100.0 * st.sparse.selected_fraction(),
+                   100.0 * st.sparse.hit_rate(), static_cast<long long>(st.sparse.tokens_evicted),
+                   lm.pool->size());
     }
   }
   return 0;

@@ -39,8 +39,13 @@ void add_sampling_flags(CLI::App& app, SamplingFlags& s) {
 }
 
 void add_policy_flags(CLI::App& app, PolicyFlags& p) {
-  app.add_option("--policy", p.name, "attention policy (dense)");
-  app.add_option("--set", p.sets, "policy knob key=value (repeatable)");
+  std::string names;
+  for (std::string_view n : policy_presets()) names += (names.empty() ? "" : ", ") + std::string(n);
+  app.add_option("--policy", p.name,
+                 "attention policy: " + names + " (auto: " + std::string(auto_sparse_preset()) +
+                     " from " + std::to_string(auto_min_prompt()) + " prompt tokens, dense below)");
+  app.add_option("--policy-file", p.file, "policy file: JSON object or key = value lines");
+  app.add_option("--set", p.sets, "policy knob key=value (repeatable; see docs/sparse.md)");
 }
 
 LoadedModel load_for_run(const ModelOptions& o) {
@@ -58,14 +63,20 @@ LoadedModel load_for_run(const ModelOptions& o) {
   return lm;
 }
 
-void check_policy(const PolicyFlags& p) {
-  if (p.name != "dense") {
-    throw UserError("policy '" + p.name +
-                    "' is not available in this build yet; valid policies: dense");
+PolicyPtr policy_from_flags(const PolicyFlags& p) {
+  Result<PolicyConfig> r = make_policy(p.name);
+  if (!p.file.empty()) {
+    r = load_policy_file(p.file);
+    if (r && p.name != "auto" && p.name != r->preset) {
+      throw UserError("--policy " + p.name + " and the policy file's '" + r->preset +
+                      "' disagree; give one of them");
+    }
   }
-  if (!p.sets.empty()) {
-    throw UserError("policy 'dense' has no knobs; --set " + p.sets.front() + " is not valid");
+  if (!r) throw UserError(r.message());
+  for (const std::string& a : p.sets) {
+    if (Status st = set_policy_knob(*r, a); !st) throw UserError(st.message());
   }
+  return std::make_shared<const PolicyConfig>(std::move(r.value()));
 }
 
 std::string build_prompt_text(const Model& m, const std::string& document,

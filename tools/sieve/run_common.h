@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "sparse/policy.h"
 
 namespace sieve::cli {
 
@@ -31,8 +32,9 @@ struct SamplingFlags {
 };
 
 struct PolicyFlags {
-  std::string name = "dense";
-  std::vector<std::string> sets;  // --set key=value
+  std::string name = "auto";
+  std::string file;               // --policy-file
+  std::vector<std::string> sets;  // --set key=value (applied after the file)
 };
 
 struct LoadedModel {
@@ -48,8 +50,10 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p);
 
 // Resolves -m (pulling the default model if absent), loads it, makes the thread pool.
 LoadedModel load_for_run(const ModelOptions& o);
-// Rejects policies and knobs that this build cannot run, naming the valid ones.
-void check_policy(const PolicyFlags& p);
+// The policy the flags describe; unknown names, knobs and bad values are a UserError that
+// lists the valid ones.
+PolicyPtr policy_from_flags(const PolicyFlags& p);
+inline void check_policy(const PolicyFlags& p) { (void)policy_from_flags(p); }
 // Document + question -> prompt text (chat template when chat).
 std::string build_prompt_text(const Model& m, const std::string& document,
                               const std::string& question, bool chat);

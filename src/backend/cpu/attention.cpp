@@ -212,6 +212,32 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
   if (!m_out) normalize_attn(o, l, n_rows, d);
 }
 
+void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
+                const KvHeadView& kv, const KeySet& keys, float* s, int64_t ld) {
+  const Kernels& K = kernels();
+  const int d = head_dim;
+  thread_local std::vector<float> kt;
+  kt.resize(static_cast<size_t>(kTile) * d);
+  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  for (int32_t c0 = 0; c0 < n_keys; c0 += kTile) {
+    const int n = std::min<int32_t>(kTile, n_keys - c0);
+    for (int t = 0; t < n; ++t) {
+      const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
+      f16_to_f32_row(kv.k_row(j), kt.data() + t * d, d);
+    }
+    for (int g = 0; g < n_group; ++g) K.scores(q + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
+  }
+}
+
+double exp_shift_sum(float* s, int64_t n, float m) {
+  const Kernels& K = kernels();
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += 4096) {
+    sum += K.exp(s + i, static_cast<int>(std::min<int64_t>(4096, n - i)), m);
+  }
+  return sum;
+}
+
 void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,
                 const float* l_b, int64_t n_rows, int32_t head_dim) {
   for (int64_t r = 0; r < n_rows; ++r) {

@@ -56,6 +56,13 @@ void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const floa
 // o[r] /= l[r] (zero when l[r] == 0).
 void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim);
 
+// Scores for selection: s[g * ld + t] = scale * q_g . k_j for the t-th key j of `keys` and
+// the G rows of q ([G, head_dim]); no causal mask (the caller passes past keys only).
+void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
+                const KvHeadView& kv, const KeySet& keys, float* s, int64_t ld);
+// s[i] = exp(s[i] - m) for i < n; returns the sum (vectorised where the CPU allows).
+double exp_shift_sum(float* s, int64_t n, float m);
+
 // Double-precision reference of attend() (tests): normalised output.
 void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o);
 

@@ -1,0 +1,325 @@
+// The selection half of a sparse attention layer (docs/sparse.md): for one batch entry in
+// one full-attention layer, score the past keys with the policy's scorer, aggregate the
+// heads of each scope unit, pick tokens, and hand the attention half a key set per KV head
+// (plus gathered, re-rotated K/V when positions are compact).
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "core/fp16.h"
+#include "engine/forward.h"
+#include "engine/sparse_seq.h"
+#include "sparse/select.h"
+
+namespace sieve {
+namespace {
+
+constexpr int64_t kScoreGrain = 1024;  // keys per scoring task
+
+// Quest's bound: sum_i max(q_i * min_i, q_i * max_i).
+float quest_bound(const float* q, const float* mn, const float* mx, int32_t d) {
+  float s = 0;
+  for (int32_t i = 0; i < d; ++i) s += std::max(q[i] * mn[i], q[i] * mx[i]);
+  return s;
+}
+
+}  // namespace
+
+void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
+  if (!sketch_ || !sketch_->enabled() || kv_.geometry().sketch_dim != sketch_->spec().dim) return;
+  if (model_.hp.layer_kind[il] != LayerKind::full) return;
+  const ModelHParams& hp = model_.hp;
+  const int32_t ds = sketch_->spec().dim;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchEntry& e = batch[i];
+    const int32_t first = kv_.stream_len(e.seq, il) - static_cast<int32_t>(e.tokens.size());
+    for (size_t t = 0; t < e.tokens.size(); ++t) {
+      const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
+      const float* k = k_.data() + (entry_offset_[i] + static_cast<int64_t>(t)) * hp.kv_dim();
+      for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+        sketch_->project(k + int64_t{h} * hp.head_dim, h, row.sketch + int64_t{h} * ds);
+      }
+    }
+  }
+}
+
+void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
+  plan.active = false;
+  plan.compact = false;
+  const BatchEntry& e = batch_[ei];
+  SparseSeq& sp = *e.sparse;
+  const PolicyConfig& P = sp.policy();
+  const ModelHParams& hp = model_.hp;
+  const int32_t d = hp.head_dim, G = hp.n_gqa(), H = hp.n_head, Hkv = hp.n_head_kv;
+  const int32_t n_q = static_cast<int32_t>(e.tokens.size());
+  const int32_t n_keys = views[0].n_tokens;
+  const int32_t n_prefix = n_keys - n_q;
+  SparseLayerState& L = sp.layer(il);
+  sp.stats.layer_steps++;
+  sp.stats.context_tokens += n_keys;
+  const int64_t kv_row_bytes = int64_t{Hkv} * d * 2;
+
+  const bool select_now = n_prefix > P.threshold() && (n_q == 1 || P.prefill == PrefillMode::chunk);
+  const bool ranks = P.scorer == ScorerKind::exact || P.scorer == ScorerKind::sketch ||
+                     P.scorer == ScorerKind::quest;
+  const bool score_for_memory = P.evicts() && n_prefix > P.sinks + P.local && ranks;
+  if (P.evicts()) L.importance.resize(n_keys, 0.0f);
+  if (P.scorer == ScorerKind::all || (!select_now && !score_for_memory)) {
+    sp.stats.selected_tokens += n_keys;
+    sp.stats.bytes_read += int64_t{n_keys} * kv_row_bytes * 2;
+    return;
+  }
+
+  const int32_t c0 = std::min(P.sinks, n_prefix);
+  const int32_t pick_end = std::max(c0, n_prefix - P.local);
+  const int32_t c1 = P.evicts() ? n_prefix : pick_end;
+  const int32_t n_pick = pick_end - c0;
+  const int32_t n_units = sp.n_units();
+  const int32_t heads_per_unit = H / n_units;
+  const float scale = P.raw_logits ? 1.0f : hp.attn_scale;
+
+  // Fingerprint query per head: the chunk's mean query (decode: the query).
+  const int64_t off = entry_offset_[ei];
+  const int64_t qd = hp.q_dim();
+  sc_q_.assign(static_cast<size_t>(qd), 0.0f);
+  for (int32_t t = 0; t < n_q; ++t) {
+    const float* q = q_.data() + (off + t) * qd;
+    for (int64_t c = 0; c < qd; ++c) sc_q_[c] += q[c];
+  }
+  for (float& v : sc_q_) v /= static_cast<float>(n_q);
+
+  plan.keys.assign(Hkv, {});
+  std::vector<int32_t> picked_abs;
+  if (P.evicts() && P.decay < 1.0f) {
+    for (float& v : L.importance) v *= P.decay;
+  }
+  for (int32_t u = 0; u < n_units; ++u) {
+    const int32_t h0 = u * heads_per_unit;  // first query head of the unit
+    const int32_t kv0 = h0 / G, kv1 = (h0 + heads_per_unit) / G;
+    // Selection cache (decode only): the fingerprint is the mean over the unit's heads of the
+    // query rotated back to position 0, so position drift does not lower the cosine.
+    bool hit = false;
+    const bool use_cache = select_now && n_q == 1 && P.selection_cache && P.scorer != ScorerKind::quest &&
+                           !P.evicts();
+    std::vector<float> fp;
+    if (use_cache) {
+      std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d, sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
+      const int32_t back = -pos_[off];
+      std::vector<int32_t> backs(1, back);
+      rope(q0.data(), backs.data(), 1, heads_per_unit, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+      fp.assign(d, 0.0f);
+      for (int32_t h = 0; h < heads_per_unit; ++h) {
+        for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
+      }
+      sp.stats.cache_lookups++;
+      if (L.valid[u] && cosine_similarity(fp.data(), L.fingerprint.data() + int64_t{u} * d, d) >= P.theta) {
+        hit = true;
+        sp.stats.cache_hits++;
+      }
+    }
+    if (hit) {
+      // The cached set, plus the tokens that left the window since it was picked (they were
+      // never ranked; reading them keeps the reuse from silently losing recent context).
+      picked_abs = L.picked[u];
+      for (int32_t j = std::max(c0, L.picked_end[u]); j < pick_end; ++j) picked_abs.push_back(j);
+    } else if (P.scorer == ScorerKind::none) {
+      picked_abs.clear();
+    } else if (P.scorer == ScorerKind::quest) {
+      // Bounds of the complete blocks, kept up to date incrementally.
+      const int32_t B = P.block;
+      const int32_t full_blocks = n_prefix / B;
+      const int32_t kvd = Hkv * d;
+      if (L.n_blocks < full_blocks) {
+        L.bmin.resize(static_cast<size_t>(full_blocks) * kvd);
+        L.bmax.resize(L.bmin.size());
+        std::vector<float> kr(d);
+        for (int32_t b = L.n_blocks; b < full_blocks; ++b) {
+          for (int32_t h = 0; h < Hkv; ++h) {
+            float* mn = L.bmin.data() + (int64_t{b} * Hkv + h) * d;
+            float* mx = L.bmax.data() + (int64_t{b} * Hkv + h) * d;
+            std::fill(mn, mn + d, INFINITY);
+            std::fill(mx, mx + d, -INFINITY);
+            for (int32_t j = b * B; j < (b + 1) * B; ++j) {
+              f16_to_f32_row(views[h].k_row(j), kr.data(), d);
+              for (int32_t c = 0; c < d; ++c) {
+                mn[c] = std::min(mn[c], kr[c]);
+                mx[c] = std::max(mx[c], kr[c]);
+              }
+            }
+          }
+        }
+        L.n_blocks = full_blocks;
+        sp.stats.bytes_read += int64_t{n_prefix} * kv_row_bytes;
+      }
+      // Rank the blocks that lie inside [c0, pick_end) by the bound summed over the unit.
+      const int32_t b0 = (c0 + B - 1) / B, b1 = pick_end / B;
+      const int32_t nb = std::max(0, b1 - b0);
+      sc_score_.assign(nb, 0.0f);
+      pool_.parallel_for(nb, 64, [&](int64_t a, int64_t z) {
+        for (int64_t b = a; b < z; ++b) {
+          float s = 0;
+          for (int32_t h = h0; h < h0 + heads_per_unit; ++h) {
+            const int32_t hk = h / G;
+            const int64_t base = ((b0 + b) * Hkv + hk) * int64_t{d};
+            s += scale * quest_bound(sc_q_.data() + int64_t{h} * d, L.bmin.data() + base, L.bmax.data() + base, d);
+          }
+          sc_score_[b] = s;
+        }
+      });
+      sp.stats.bytes_read += int64_t{nb} * (kv1 - kv0) * d * 4 * 2;
+      const int32_t k_blocks = P.top_k > 0 ? (P.top_k + B - 1) / B : nb;
+      const std::vector<int32_t> pb = pick_tokens(sc_score_.data(), nb, k_blocks, 0.0f, 0, 1);
+      // Partial blocks at either end of the range are read whole (they have no bound yet).
+      picked_abs.clear();
+      for (int32_t j = c0; j < std::min(pick_end, b0 * B); ++j) picked_abs.push_back(j);
+      for (int32_t b : pb) {
+        for (int32_t j = (b0 + b) * B; j < (b0 + b + 1) * B; ++j) picked_abs.push_back(j);
+      }
+      for (int32_t j = std::max(b0, b1) * B; j < pick_end; ++j) picked_abs.push_back(j);
+      sp.stats.selections++;
+    } else {
+      // Logits of the unit's heads over [c0, c1): [heads_per_unit, n].
+      const int32_t n = c1 - c0;
+      sc_logits_.resize(static_cast<size_t>(heads_per_unit) * n);
+      sc_score_.assign(n, 0.0f);
+      std::vector<float> qs;
+      const int32_t ds = P.scorer == ScorerKind::sketch && sketch_ ? sketch_->spec().dim : 0;
+      if (P.scorer == ScorerKind::sketch) {
+        qs.resize(static_cast<size_t>(heads_per_unit) * ds);
+        for (int32_t h = 0; h < heads_per_unit; ++h) {
+          sketch_->project(sc_q_.data() + int64_t{h0 + h} * d, (h0 + h) / G, qs.data() + int64_t{h} * ds);
+        }
+      }
+      const KvSeqView sv = kv_.seq_view(e.seq, il);
+      pool_.parallel_for(n, kScoreGrain, [&](int64_t a, int64_t z) {
+        if (P.scorer == ScorerKind::exact) {
+          for (int32_t hk = kv0; hk < kv1; ++hk) {
+            const int32_t r0 = hk * G - h0;  // unit row of the KV head's first query head
+            key_scores(sc_q_.data() + int64_t{hk} * G * d, G, d, scale, views[hk],
+                       KeySet{nullptr, 0, static_cast<int32_t>(c0 + a), static_cast<int32_t>(c0 + z)},
+                       sc_logits_.data() + int64_t{r0} * n + a, n);
+          }
+        } else {
+          for (int64_t j = a; j < z; ++j) {
+            const float* sk = sv.sketch(static_cast<int32_t>(c0 + j));
+            for (int32_t h = 0; h < heads_per_unit; ++h) {
+              const float* qh = qs.data() + int64_t{h} * ds;
+              const float* kh = sk + int64_t{(h0 + h) / G} * ds;
+              float s = 0;
+              for (int32_t c = 0; c < ds; ++c) s += qh[c] * kh[c];
+              sc_logits_[int64_t{h} * n + j] = s * scale;
+            }
+          }
+        }
+      });
+      sp.stats.bytes_read += P.scorer == ScorerKind::exact ? int64_t{n} * (kv1 - kv0) * d * 2
+                                                           : int64_t{n} * (kv1 - kv0) * ds * 4;
+      if (P.aggregation == AggregationKind::soft_vote) {
+        // Per-head softmax (parallel over heads), then the sum over heads.
+        pool_.parallel_for(heads_per_unit, 1, [&](int64_t a, int64_t z) {
+          for (int64_t h = a; h < z; ++h) {
+            float* row = sc_logits_.data() + h * n;
+            const float m = n > 0 ? *std::max_element(row, row + n) : 0.0f;
+            const double sum = exp_shift_sum(row, n, m);
+            const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
+            for (int32_t j = 0; j < n; ++j) row[j] *= inv;
+          }
+        });
+        pool_.parallel_for(n, 4096, [&](int64_t a, int64_t z) {
+          for (int32_t h = 0; h < heads_per_unit; ++h) {
+            const float* row = sc_logits_.data() + int64_t{h} * n;
+            for (int64_t j = a; j < z; ++j) sc_score_[j] += row[j];
+          }
+        });
+      } else {
+        aggregate_scores(sc_logits_.data(), heads_per_unit, n, P.aggregation, P.top_k, sc_score_.data());
+      }
+      if (P.evicts()) {
+        const float w = 1.0f / static_cast<float>(H);
+        for (int32_t j = 0; j < n; ++j) L.importance[c0 + j] += std::max(0.0f, sc_score_[j]) * w;
+      }
+      if (select_now) {
+        std::vector<float> pooled;
+        const float* s = sc_score_.data();
+        if (P.pool_kernel > 1) {
+          pooled.resize(n_pick);
+          max_pool_scores(sc_score_.data(), n_pick, P.pool_kernel, pooled.data());
+          s = pooled.data();
+        }
+        std::vector<int32_t> rel = pick_tokens(s, n_pick, P.top_k, P.top_p, P.min_keep, P.block);
+        picked_abs.resize(rel.size());
+        for (size_t r = 0; r < rel.size(); ++r) picked_abs[r] = c0 + rel[r];
+        sp.stats.selections++;
+      }
+    }
+    if (use_cache && !hit) {
+      std::copy(fp.begin(), fp.end(), L.fingerprint.begin() + int64_t{u} * d);
+      L.picked[u] = picked_abs;
+      L.picked_end[u] = pick_end;
+      L.valid[u] = 1;
+    }
+    if (select_now) {
+      std::vector<int32_t> keys;
+      build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
+      for (int32_t hk = kv0; hk < kv1; ++hk) plan.keys[hk] = keys;
+    }
+  }
+  if (!select_now) {
+    sp.stats.selected_tokens += n_keys;
+    sp.stats.bytes_read += int64_t{n_keys} * kv_row_bytes * 2;
+    return;
+  }
+  plan.active = true;
+  int64_t n_sel = 0;
+  for (const auto& k : plan.keys) n_sel += static_cast<int64_t>(k.size());
+  sp.stats.selected_tokens += n_sel / Hkv;
+  sp.stats.bytes_read += n_sel * d * 2 * 2;
+
+  plan.compact = sp.compact(kv_.n_tokens(e.seq));
+  if (!plan.compact) return;
+  // Compact positions: key i of the set takes position i. K is stored post-RoPE at its
+  // original position, so it is rotated by (i - original) while it is gathered.
+  plan.gk.resize(Hkv);
+  plan.gv.resize(Hkv);
+  plan.gpos.resize(Hkv);
+  plan.kp.resize(Hkv);
+  plan.vp.resize(Hkv);
+  plan.pp.resize(Hkv);
+  plan.views.resize(Hkv);
+  pool_.parallel_for(Hkv, 1, [&](int64_t a, int64_t z) {
+    std::vector<float> row(d);
+    std::vector<int32_t> delta(1);
+    for (int64_t hk = a; hk < z; ++hk) {
+      const std::vector<int32_t>& keys = plan.keys[hk];
+      const int32_t n = static_cast<int32_t>(keys.size());
+      auto& gk = plan.gk[hk];
+      auto& gv = plan.gv[hk];
+      auto& gp = plan.gpos[hk];
+      gk.resize(static_cast<size_t>(n) * d);
+      gv.resize(static_cast<size_t>(n) * d);
+      gp.resize(n);
+      for (int32_t i = 0; i < n; ++i) {
+        const int32_t j = keys[i];
+        f16_to_f32_row(views[hk].k_row(j), row.data(), d);
+        delta[0] = i - views[hk].position(j);
+        rope(row.data(), delta.data(), 1, 1, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+        f32_to_f16_row(row.data(), gk.data() + int64_t{i} * d, d);
+        std::copy(views[hk].v_row(j), views[hk].v_row(j) + d, gv.data() + int64_t{i} * d);
+        gp[i] = i;
+      }
+      plan.kp[hk] = gk.data();
+      plan.vp[hk] = gv.data();
+      plan.pp[hk] = gp.data();
+      KvHeadView v;
+      v.k_pages = &plan.kp[hk];
+      v.v_pages = &plan.vp[hk];
+      v.pos_pages = &plan.pp[hk];
+      v.page_size = std::max(n, 1);
+      v.row_stride = d;
+      v.n_tokens = n;
+      plan.views[hk] = v;
+    }
+  });
+}
+
+}  // namespace sieve

@@ -1,0 +1,110 @@
+#include "engine/sparse_seq.h"
+
+#include <algorithm>
+
+#include "sparse/select.h"
+
+namespace sieve {
+
+SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
+    : policy_(std::move(resolved)),
+      n_ctx_train_(hp.n_ctx_train),
+      n_units_(policy_.scope == VoteScope::layer ? 1 : hp.n_head_kv),
+      head_dim_(hp.head_dim),
+      layers_(hp.n_layer) {
+  reset();
+}
+
+void SparseSeq::reset() {
+  for (SparseLayerState& L : layers_) {
+    L = SparseLayerState{};
+    L.fingerprint.assign(static_cast<size_t>(n_units_) * head_dim_, 0.0f);
+    L.picked.assign(n_units_, {});
+    L.picked_end.assign(n_units_, 0);
+    L.valid.assign(n_units_, 0);
+  }
+}
+
+bool SparseSeq::compact(int32_t n_tokens) const {
+  switch (policy_.positions) {
+    case PositionMode::compact: return true;
+    case PositionMode::original: return false;
+    case PositionMode::auto_: return n_ctx_train_ > 0 && n_tokens > n_ctx_train_;
+  }
+  return false;
+}
+
+void SparseSeq::invalidate_cache(int32_t il) {
+  SparseLayerState& L = layers_[il];
+  std::fill(L.valid.begin(), L.valid.end(), 0);
+  L.n_blocks = 0;
+  L.bmin.clear();
+  L.bmax.clear();
+}
+
+std::string policy_cache_salt(const PolicyConfig& p) {
+  return p.is_dense() ? std::string() : "policy:" + p.describe();
+}
+
+SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
+  SketchSpec s;
+  if (p.scorer != ScorerKind::sketch) return s;
+  s.head_dim = hp.head_dim;
+  s.dim = p.sketch_dim > 0 ? p.sketch_dim : std::max(1, hp.head_dim / 8);
+  s.n_kv_head = hp.n_head_kv;
+  s.shared = p.sketch_shared;
+  s.seed = p.seed;
+  return s;
+}
+
+Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have) {
+  const SketchSpec want = sketch_spec_for(p, hp);
+  if (want.dim == 0 || want == have) return {};
+  if (have.dim == 0) {
+    return make_error(
+        "policy '{}' ranks with sketch keys, but this engine's KV store keeps none; start it with "
+        "a sketch policy (e.g. --policy sketch) so that sketch keys are written",
+        p.preset);
+  }
+  return make_error(
+      "policy '{}' wants sketch_dim={} sketch_shared={} seed={}, but the KV store was created with "
+      "sketch_dim={} sketch_shared={} seed={}; sketch knobs are fixed when the engine starts",
+      p.preset, want.dim, want.shared, want.seed, have.dim, have.shared, have.seed);
+}
+
+Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHParams& hp) {
+  const PolicyConfig& p = sp.policy();
+  if (!p.evicts()) return {};
+  // Hysteresis: once a stream passes the budget it is cut a few pages below it, so the
+  // compaction does not run on every decode step.
+  constexpr int32_t kSlack = 64;
+  const int32_t floor_budget = p.sinks + p.local + 1;
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.layer_kind[il] != LayerKind::full) continue;
+    const int32_t n = kv.stream_len(seq, il);
+    if (n <= p.kv_budget) continue;
+    SparseLayerState& L = sp.layer(il);
+    L.importance.resize(n, 0.0f);
+    const int32_t target = std::max(floor_budget, p.kv_budget - kSlack);
+    const std::vector<int32_t> drop = plan_eviction(L.importance.data(), n, p.memory, target, p.sinks,
+                                                    p.local, p.keep_mass, p.evict_floor);
+    if (drop.empty()) continue;
+    auto room = kv.evict(seq, il, drop);
+    if (!room) return room.error();
+    if (!room->fits()) continue;  // shared pages and no page for copy-on-write: try next step
+    size_t w = 0, di = 0;
+    for (int32_t j = 0; j < n; ++j) {
+      if (di < drop.size() && drop[di] == j) {
+        ++di;
+        continue;
+      }
+      L.importance[w++] = L.importance[j];
+    }
+    L.importance.resize(w);
+    sp.invalidate_cache(il);
+    sp.stats.tokens_evicted += static_cast<int64_t>(drop.size());
+  }
+  return {};
+}
+
+}  // namespace sieve

@@ -1,0 +1,66 @@
+// Per-sequence state of a sparse attention policy: the resolved policy, the selection cache
+// and eviction importance of every layer, Quest block bounds, and the request's statistics.
+// Owned next to the sequence (Generator, Scheduler request); Forward reads and updates it
+// through BatchEntry::sparse, and sparse_after_step() applies evictions between steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kv/kv_store.h"
+#include "model/hparams.h"
+#include "sparse/policy.h"
+#include "sparse/sketch.h"
+#include "sparse/stats.h"
+
+namespace sieve {
+
+struct SparseLayerState {
+  // Selection cache, one slot per scope unit (the layer, or each KV head).
+  std::vector<float> fingerprint;             // [n_units, head_dim]
+  std::vector<std::vector<int32_t>> picked;   // [n_units] stream indices of the cached top set
+  std::vector<int32_t> picked_end;            // [n_units] end of the range the set was picked from
+  std::vector<char> valid;                    // [n_units]
+  std::vector<float> importance;              // [stream tokens] eviction policies
+  // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
+  std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
+  int32_t n_blocks = 0;
+};
+
+class SparseSeq {
+ public:
+  SparseSeq(PolicyConfig resolved, const ModelHParams& hp);
+  const PolicyConfig& policy() const { return policy_; }
+  // Forget every layer's cache, importance and bounds (after preemption the KV is rebuilt).
+  void reset();
+  // Whether selected tokens are renumbered now (positions=compact, or auto beyond training).
+  bool compact(int32_t n_tokens) const;
+  int32_t n_units() const { return n_units_; }
+  SparseLayerState& layer(int32_t il) { return layers_[il]; }
+  void invalidate_cache(int32_t il);
+
+  SparseStats stats;
+
+ private:
+  PolicyConfig policy_;
+  int32_t n_ctx_train_ = 0;
+  int32_t n_units_ = 1;
+  int32_t head_dim_ = 0;
+  std::vector<SparseLayerState> layers_;
+};
+
+// The prefix-cache namespace for a policy: K/V computed under a policy that changes
+// attention (anything but dense) must not be served to another policy.
+std::string policy_cache_salt(const PolicyConfig& p);
+
+// The sketch projection a policy needs (disabled when it ranks without sketches).
+SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp);
+// Checks that the store's sketch keys can serve the policy; the error says what to change.
+Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have);
+
+// Between steps: evicts tokens of every full-attention stream that exceeds the policy's
+// budget (h2o / stca), compacting the importance alongside; counts them in sp.stats.
+Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHParams& hp);
+
+}  // namespace sieve

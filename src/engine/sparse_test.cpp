@@ -1,0 +1,190 @@
+// The sparse pipeline inside the forward pass, on the real SmolLM2 model: with an unlimited
+// budget every preset (and compact positions) equals dense; the selection cache obeys theta;
+// eviction keeps order, positions, sinks and window, and really returns pages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "engine/forward.h"
+#include "engine/kv_binding.h"
+#include "engine/sparse_seq.h"
+#include "gguf/test_models.h"
+
+namespace sieve {
+namespace {
+
+std::shared_ptr<const Model> smollm2() {
+  static std::shared_ptr<const Model> m = [] {
+    const std::string path = test_model_path("smollm2.gguf");
+    if (path.empty()) return std::shared_ptr<const Model>();
+    auto r = load_model(path);
+    return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
+  }();
+  return m;
+}
+
+bool short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
+
+std::vector<int32_t> long_prompt(const Model& m, int n_tokens) {
+  std::string t = "Notes from the archive. ";
+  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
+  for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
+    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
+  }
+  auto ids = m.tokenizer->encode(t, true, false);
+  ids.resize(n_tokens);
+  return ids;
+}
+
+struct RunOut {
+  std::vector<std::vector<float>> logits;  // per step
+  SparseStats stats;
+};
+
+// Prefill in chunks, then greedy decode; the sparse state (when given) rides along.
+RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_decode,
+        const PolicyConfig* policy, int32_t budget_tokens = 0, bool check_evictions = false) {
+  ThreadPool pool(2);
+  SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
+  KvConfig c = kv_config_for(m.hp, 0, 16, "test");
+  c.sketch_dim = sketch.spec().dim;
+  c.budget_bytes = kv_budget_bytes(m.hp, budget_tokens ? budget_tokens : 4096, 1, 16, c.sketch_dim);
+  auto store = KvStore::create(c);
+  EXPECT_TRUE(store.ok()) << store.message();
+  KvStore& kv = store.value();
+  Forward fwd(m, pool, kv, &sketch);
+  std::unique_ptr<SparseSeq> sp;
+  if (policy) sp = std::make_unique<SparseSeq>(*policy, m.hp);
+  auto added = kv.add_sequence({});
+  EXPECT_TRUE(added.ok());
+  const KvSeqId seq = added->seq;
+  RunOut r;
+  std::vector<int32_t> toks = prompt;
+  std::vector<float> logits;
+  auto step = [&](std::span<const int32_t> t) {
+    const KvAppend app{seq, t};
+    auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
+    ASSERT_TRUE(room.ok() && room->fits());
+    BatchEntry e{seq, t, false, sp.get()};
+    ASSERT_TRUE(fwd.run(std::span<const BatchEntry>(&e, 1), logits).ok());
+    if (sp) {
+      ASSERT_TRUE(sparse_after_step(kv, seq, *sp, m.hp).ok());
+    }
+    r.logits.push_back(logits);
+    if (check_evictions) {
+      ASSERT_TRUE(kv.check_invariants().ok());
+      const PolicyConfig& P = *policy;
+      const int32_t n = kv.n_tokens(seq);
+      for (int il = 0; il < m.hp.n_layer; ++il) {
+        const KvSeqView v = kv.seq_view(seq, il);
+        ASSERT_LE(v.n_tokens, P.kv_budget + chunk);
+        for (int32_t j = 1; j < v.n_tokens; ++j) ASSERT_LT(v.position(j - 1), v.position(j));
+        for (int32_t j = 0; j < std::min(P.sinks, v.n_tokens); ++j) ASSERT_EQ(v.position(j), j);
+        // the window: the last `local` positions are all there
+        for (int32_t j = 0; j < std::min(P.local, v.n_tokens); ++j) {
+          ASSERT_EQ(v.position(v.n_tokens - 1 - j), n - 1 - j);
+        }
+      }
+    }
+  };
+  for (size_t i = 0; i < prompt.size(); i += chunk) {
+    const size_t n = std::min<size_t>(chunk, prompt.size() - i);
+    step(std::span<const int32_t>(prompt.data() + i, n));
+  }
+  for (int g = 0; g < n_decode; ++g) {
+    const int32_t next = static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    toks.push_back(next);
+    step(std::span<const int32_t>(&toks.back(), 1));
+  }
+  if (sp) r.stats = sp->stats;
+  return r;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(Sparse, UnlimitedBudgetEqualsDenseForEveryPreset) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const int n = short_mode() ? 80 : 200, chunk = short_mode() ? 32 : 64, n_dec = 3;
+  const auto prompt = long_prompt(*m, n);
+  const RunOut dense = run_model(*m, prompt, chunk, n_dec, nullptr);
+  const char* presets[] = {"streaming", "quest", "h2o", "tokenselect", "sketch", "stca"};
+  for (const char* name : presets) {
+    for (const char* positions : {"original", "compact"}) {
+      if (std::string(name) == "stca" && std::string(positions) == "compact") continue;
+      auto p = make_policy(name, std::vector<std::string>{
+                                     "kv_budget=2000000", "min_context=1", "top_k=1000000",
+                                     "local=1000000" /* streaming */, "sinks=4", std::string("positions=") + positions});
+      ASSERT_TRUE(p.ok()) << p.message();
+      if (std::string(name) != "streaming") {
+        ASSERT_TRUE(set_policy_knob(*p, "local=8").ok());
+      }
+      const RunOut sp = run_model(*m, prompt, chunk, n_dec, &*p);
+      ASSERT_EQ(sp.logits.size(), dense.logits.size());
+      for (size_t s = 0; s < sp.logits.size(); ++s) {
+        EXPECT_LT(max_abs_diff(sp.logits[s], dense.logits[s]), 1e-3f) << name << " " << positions << " step " << s;
+      }
+      EXPECT_GT(sp.stats.layer_steps, 0) << name;
+      EXPECT_NEAR(sp.stats.selected_fraction(), 1.0, 1e-9) << name;  // everything was read
+    }
+  }
+}
+
+TEST(Sparse, LimitedBudgetReadsLessAndStaysClose) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
+  const RunOut dense = run_model(*m, prompt, 64, 4, nullptr);
+  for (const char* name : {"tokenselect", "sketch", "quest", "streaming"}) {
+    auto p = make_policy(name, std::vector<std::string>{"sinks=8", "local=32", "top_k=48"});
+    ASSERT_TRUE(p.ok()) << p.message();
+    if (std::string(name) == "streaming") {
+      ASSERT_TRUE(set_policy_knob(*p, "local=80").ok());
+    }
+    const RunOut sp = run_model(*m, prompt, 64, 4, &*p);
+    EXPECT_LT(sp.stats.selected_fraction(), 0.9) << name;
+    for (const auto& l : sp.logits.back()) ASSERT_TRUE(std::isfinite(l)) << name;
+  }
+}
+
+TEST(Sparse, SelectionCacheFollowsTheta) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 120 : 300);
+  const int n_dec = short_mode() ? 4 : 8;
+  auto always = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1"});
+  auto never = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=1"});
+  ASSERT_TRUE(always.ok() && never.ok());
+  const RunOut a = run_model(*m, prompt, 64, n_dec, &*always);
+  const RunOut b = run_model(*m, prompt, 64, n_dec, &*never);
+  // theta = -1: every lookup but each layer's first reuses; theta = 1: a reuse needs an
+  // identical direction, which consecutive queries never have.
+  EXPECT_EQ(a.stats.cache_lookups, int64_t{n_dec} * m->hp.n_layer);
+  EXPECT_EQ(a.stats.cache_hits, a.stats.cache_lookups - m->hp.n_layer);
+  EXPECT_EQ(b.stats.cache_lookups, a.stats.cache_lookups);
+  EXPECT_EQ(b.stats.cache_hits, 0);
+  EXPECT_LT(a.stats.selections, b.stats.selections);
+}
+
+TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 200 : 320);
+  for (const char* name : {"stca", "h2o"}) {
+    auto p = make_policy(name, std::vector<std::string>{"sinks=4", "local=32", "top_k=32", "kv_budget=120",
+                                                        "evict_floor=16"});
+    ASSERT_TRUE(p.ok()) << p.message();
+    const RunOut r = run_model(*m, prompt, 64, 6, &*p, 1024, /*check_evictions=*/true);
+    EXPECT_GT(r.stats.tokens_evicted, 0) << name;
+    for (const auto& l : r.logits.back()) ASSERT_TRUE(std::isfinite(l)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace sieve

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/kv_binding.h"
+#include "engine/sparse_seq.h"
 
 namespace sieve {
 
@@ -18,10 +19,17 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = hp.n_ctx_train;
   if (e->cfg_.max_running <= 0) return make_error("max_running must be positive");
   if (e->cfg_.page_size <= 0 || e->cfg_.page_size > 4096) return make_error("page size must be in [1, 4096]");
+  SketchSpec sketch;
+  if (e->cfg_.default_policy) sketch = sketch_spec_for(*e->cfg_.default_policy, hp);
+  if (sketch.dim == 0 && e->cfg_.sketch_keys) sketch = sketch_spec_for(*make_policy("sketch"), hp);
+  e->sketch_ = std::make_unique<SketchProjection>(sketch);
   int64_t budget = e->cfg_.kv_budget_bytes;
-  if (budget <= 0) budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size);
+  if (budget <= 0) {
+    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim);
+  }
   KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name);
   kc.prefix_cache = e->cfg_.prefix_cache;
+  kc.sketch_dim = sketch.dim;
   auto store = KvStore::create(kc);
   if (!store) return store.error();
   e->kv_ = std::make_unique<KvStore>(std::move(store.value()));
@@ -31,7 +39,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   sc.prefill_chunk = e->cfg_.max_batch_tokens;
   sc.max_running = e->cfg_.max_running;
   sc.n_ctx = e->cfg_.n_ctx;
-  e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc);
+  sc.default_policy = e->cfg_.default_policy;
+  e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc, e->sketch_.get());
   e->kv_snapshot_ = e->kv_->stats();
   e->thread_ = std::thread([p = e.get()] { p->loop(); });
   return e;

@@ -27,6 +27,10 @@ struct EngineConfig {
   int64_t kv_budget_bytes = 0;      // 0: room for max_running sequences of n_ctx tokens
   bool prefix_cache = true;
   PolicyPtr default_policy;         // for requests without one; nullptr: auto
+  // Keep sketch keys (head_dim / 8 floats per KV head per token on full layers, about 12% of
+  // the KV) so that any request may choose a sketch-ranked policy (sketch, stca). The
+  // projection is the default policy's when it ranks by sketch, else the sketch preset's.
+  bool sketch_keys = true;
 };
 
 class Engine {
@@ -53,6 +57,7 @@ class Engine {
   EngineConfig cfg_;
   std::shared_ptr<const Model> model_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<SketchProjection> sketch_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<Scheduler> sched_;
 

@@ -96,6 +96,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       }
     }
     write_sketches(il, batch);
+    if (observer_) observer_->on_layer(il, batch, q_.data(), pos_.data(), kv_);
     attention_layer(il, batch);
     matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
     if (hp.post_norms) rms_norm(tmp_.data(), L.post_attn_norm, hp.rms_eps, n_tok, E, tmp_.data());

@@ -32,6 +32,18 @@ struct ForwardStats {
   double ms = 0;
 };
 
+// Sees every layer's post-RoPE queries before attention runs (sieve analyze, tests). The
+// step's K/V are already in the store, so kv.seq_view(seq, layer) holds every key the
+// queries may attend to.
+class AttentionObserver {
+ public:
+  virtual ~AttentionObserver() = default;
+  // q: [n_tok, n_head * head_dim] of the whole batch (entry i's rows start at the sum of the
+  // earlier entries' token counts); pos: [n_tok] original positions.
+  virtual void on_layer(int layer, std::span<const BatchEntry> batch, const float* q,
+                        const int32_t* pos, const KvStore& kv) = 0;
+};
+
 class Forward {
  public:
   // sketch: writes sketch keys of every appended token when the store keeps them.
@@ -42,6 +54,7 @@ class Forward {
   Status run(std::span<const BatchEntry> batch, std::vector<float>& logits);
 
   const Model& model() const { return model_; }
+  void set_observer(AttentionObserver* o) { observer_ = o; }
 
  private:
   void attention_layer(int layer, std::span<const BatchEntry> batch);
@@ -63,6 +76,7 @@ class Forward {
   ThreadPool& pool_;
   KvStore& kv_;
   const SketchProjection* sketch_;
+  AttentionObserver* observer_ = nullptr;
   HeadViewTables views_;
   std::vector<EntryPlan> plans_;
   std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch

@@ -56,7 +56,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   const int32_t n_prefix = n_keys - n_q;
   SparseLayerState& L = sp.layer(il);
   sp.stats.layer_steps++;
-  sp.stats.context_tokens += n_keys;
+  // Dense attention would read the whole context, evicted tokens included.
+  sp.stats.context_tokens += kv_.n_tokens(e.seq);
   const int64_t kv_row_bytes = int64_t{Hkv} * d * 2;
 
   const bool select_now = n_prefix > P.threshold() && (n_q == 1 || P.prefill == PrefillMode::chunk);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "engine/sparse_seq.h"
 
 namespace sieve {
 
@@ -33,12 +34,16 @@ struct Scheduler::Req {
   bool done = false;
   int32_t n_preempted = 0;
   std::string held;             // generated text not yet released (stop-string prefix, UTF-8 tail)
+  PolicyConfig policy;          // resolved (auto -> a preset) at submit
+  std::unique_ptr<SparseSeq> sparse;  // nullptr for dense; rebuilt at every admission
+  int64_t kv_bytes = 0;         // KV held at the last step
   std::chrono::steady_clock::time_point t_submit;
   double ttft_ms = 0;
 };
 
-Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg)
-    : model_(model), pool_(pool), kv_(kv), cfg_(cfg), fwd_(model, pool, kv) {
+Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg,
+                     const SketchProjection* sketch)
+    : model_(model), pool_(pool), kv_(kv), cfg_(cfg), sketch_(sketch), fwd_(model, pool, kv, sketch) {
   if (cfg_.n_ctx <= 0) cfg_.n_ctx = model.hp.n_ctx_train;
   cfg_.max_batch_tokens = std::max(1, cfg_.max_batch_tokens);
   cfg_.prefill_chunk = std::max(1, std::min(cfg_.prefill_chunk, cfg_.max_batch_tokens));
@@ -64,6 +69,15 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
   else if (r->p.max_tokens < 0) err = "max_tokens must be >= 0";
   else if (Status s = validate(r->p.sampling); !s) err = s.message();
   else {
+    const PolicyConfig base = r->p.policy ? *r->p.policy
+                              : cfg_.default_policy ? *cfg_.default_policy
+                                                    : *make_policy("auto");
+    r->policy = resolve_auto(base, r->n_prompt);
+    if (Status s2 = check_sketch_compatible(r->policy, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}); !s2) {
+      err = s2.message();
+    }
+  }
+  if (err.empty()) {
     for (int32_t t : r->p.prompt) {
       if (t < 0 || t >= model_.hp.n_vocab) {
         err = fmt::format("token id {} is outside the vocabulary [0, {})", t, model_.hp.n_vocab);
@@ -110,6 +124,9 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.completion_tokens = r.n_generated;
   ev.ttft_ms = r.ttft_ms;
   ev.n_preempted = r.n_preempted;
+  ev.policy = r.policy.describe();
+  if (r.sparse) ev.sparse = r.sparse->stats;
+  ev.sparse.kv_bytes_held = r.kv_bytes;
   if (reason == FinishReason::cancelled) stats_.cancelled++;
   else stats_.finished++;
   if (r.cb) r.cb(ev);
@@ -137,7 +154,7 @@ void Scheduler::reap() {
 void Scheduler::admit() {
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_running) {
     Req& r = *waiting_.front();
-    auto added = kv_.add_sequence(r.tokens);
+    auto added = kv_.add_sequence(r.tokens, policy_cache_salt(r.policy));
     if (!added) {
       finish(r, FinishReason::error, added.message());
       waiting_.pop_front();
@@ -162,6 +179,11 @@ void Scheduler::admit() {
     }
     r.seq = added->seq;
     r.has_seq = true;
+    if (!r.policy.is_dense()) {
+      SparseStats kept = r.sparse ? r.sparse->stats : SparseStats{};
+      r.sparse = std::make_unique<SparseSeq>(r.policy, model_.hp);
+      r.sparse->stats = kept;  // a preempted request keeps counting
+    }
     if (!r.admitted_once) {
       r.cached_tokens = have;
       stats_.cached_tokens += have;
@@ -304,7 +326,8 @@ bool Scheduler::step() {
 
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
-    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false});
+    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false,
+                     it.r->sparse.get()});
   }
   Status s = fwd_.run(batch, logits_);
   stats_.steps++;
@@ -315,6 +338,13 @@ bool Scheduler::step() {
   }
   for (size_t i = 0; i < items.size(); ++i) {
     Req& r = *items[i].r;
+    if (r.sparse) {
+      if (Status es = sparse_after_step(kv_, r.seq, *r.sparse, model_.hp); !es) {
+        finish(r, FinishReason::error, es.message());
+        continue;
+      }
+    }
+    r.kv_bytes = kv_.seq_bytes(r.seq);
     (void)kv_.publish(r.seq);
     if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size())) continue;  // more prompt
     if (r.cancelled) continue;  // reaped next step

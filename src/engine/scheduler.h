@@ -25,6 +25,7 @@ struct SchedulerConfig {
   int32_t prefill_chunk = 512;     // largest prefill chunk of one request per step
   int32_t max_running = 64;        // sequences in flight
   int32_t n_ctx = 0;               // per-request context limit (prompt + generated)
+  PolicyPtr default_policy;        // for requests without one; nullptr: auto
 };
 
 struct SchedulerStats {
@@ -41,7 +42,10 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg);
+  // sketch: the projection of the sketch keys the store keeps (nullptr: none kept; policies
+  // that rank by sketch are then refused at submit).
+  Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg,
+            const SketchProjection* sketch = nullptr);
   ~Scheduler();
 
   // Queues a request; errors (empty or over-long prompt, bad parameters) are reported through
@@ -71,6 +75,7 @@ class Scheduler {
   ThreadPool& pool_;
   KvStore& kv_;
   SchedulerConfig cfg_;
+  const SketchProjection* sketch_;
   Forward fwd_;
   RequestId next_id_ = 1;
   std::deque<std::unique_ptr<Req>> waiting_;

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "engine/engine.h"
 #include "engine/forward.h"
+#include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/sparse_seq.h"
 #include "gguf/test_models.h"
@@ -183,6 +185,77 @@ TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {
     const RunOut r = run_model(*m, prompt, 64, 6, &*p, 1024, /*check_evictions=*/true);
     EXPECT_GT(r.stats.tokens_evicted, 0) << name;
     for (const auto& l : r.logits.back()) ASSERT_TRUE(std::isfinite(l)) << name;
+  }
+}
+
+// Continuous batching with a different policy per request gives each request the tokens it
+// gets alone (the selection is per sequence; batching changes no arithmetic). Prompts are
+// prefilled in one chunk on both sides: chunk-prefill selection and eviction points depend
+// on where chunks end, which the scheduler's token budget decides.
+TEST(Sparse, MixedPoliciesInOneBatchEqualSingleRuns) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const int n_prompt = short_mode() ? 120 : 260, n_gen = short_mode() ? 4 : 8;
+  const char* names[] = {"dense", "tokenselect", "sketch", "stca", "quest", "h2o"};
+  std::vector<PolicyPtr> policies;
+  for (const char* n : names) {
+    std::vector<std::string> k = {"sinks=4", "local=16", "top_k=24"};
+    if (std::string(n) == "stca" || std::string(n) == "h2o") k.push_back("kv_budget=64");
+    if (std::string(n) == "dense") {
+      k.clear();
+    }
+    auto p = make_policy(n, k);
+    ASSERT_TRUE(p.ok()) << p.message();
+    policies.push_back(std::make_shared<const PolicyConfig>(*p));
+  }
+  std::vector<std::vector<int32_t>> prompts, alone;
+  ThreadPool pool(2);
+  for (size_t i = 0; i < policies.size(); ++i) {
+    auto pr = long_prompt(*m, n_prompt + static_cast<int>(i) * 7);
+    prompts.push_back(pr);
+    Generator gen(*m, pool, 1024);
+    GenerateOptions g;
+    g.n_predict = n_gen;
+    g.n_batch = 4096;
+    g.stop_at_eog = false;
+    g.policy = policies[i];
+    std::vector<int32_t> out;
+    auto st = gen.generate(pr, g, [&](int32_t t) { out.push_back(t); return true; });
+    ASSERT_TRUE(st.ok()) << st.message();
+    if (i > 0) {
+      EXPECT_LT(st->sparse.selected_fraction(), 1.0) << names[i];
+    }
+    alone.push_back(out);
+  }
+  EngineConfig ec;
+  ec.threads = 2;
+  ec.n_ctx = 1024;
+  ec.max_batch_tokens = 4096;
+  ec.max_running = 8;
+  auto eng = Engine::create(m, ec);
+  ASSERT_TRUE(eng.ok()) << eng.message();
+  std::mutex mu;
+  std::vector<std::vector<int32_t>> got(policies.size());
+  std::vector<std::string> used(policies.size());
+  for (size_t i = 0; i < policies.size(); ++i) {
+    RequestParams rp;
+    rp.prompt = prompts[i];
+    rp.max_tokens = n_gen;
+    rp.stop_at_eog = false;
+    rp.policy = policies[i];
+    (*eng)->submit(rp, [&, i](const RequestEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.token >= 0) got[i].push_back(ev.token);
+      if (ev.finished) {
+        EXPECT_TRUE(ev.error.empty()) << ev.error;
+        used[i] = ev.policy;
+      }
+    });
+  }
+  ASSERT_TRUE((*eng)->wait_idle(std::chrono::minutes(5)));
+  for (size_t i = 0; i < policies.size(); ++i) {
+    EXPECT_EQ(got[i], alone[i]) << names[i];
+    EXPECT_EQ(used[i].rfind(names[i], 0), 0u) << used[i];
   }
 }
 

@@ -43,6 +43,11 @@ expect_user_error empty-file "empty.gguf" "$SIEVE" run -m "$tmp/empty.gguf" -p h
 expect_user_error unknown-model-name "neither a file nor a known model" "$SIEVE" run -m nosuchmodel -p hi
 expect_user_error unknown-pull "unknown model" "$SIEVE" pull nosuchmodel
 expect_user_error unknown-policy "policy 'magic'" "$SIEVE" run -m "$tmp/empty.gguf" --policy magic -p hi
+expect_user_error unknown-knob "unknown policy knob 'topk'; knobs: scorer" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect --set topk=5 -p hi
+expect_user_error bad-knob-value "top_k: 'many' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --set top_k=many -p hi
+expect_user_error missing-policy-file "cannot open policy file" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/nope.policy" -p hi
+printf 'policy = stca\nkeep_mass = 2\n' >"$tmp/bad.policy"
+expect_user_error bad-policy-file "line 2: policy knob keep_mass" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/bad.policy" -p hi
 expect_user_error bad-flag "no-such-flag" "$SIEVE" run --no-such-flag
 
 if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then

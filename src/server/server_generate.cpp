@@ -1,0 +1,401 @@
+// /v1/completions and /v1/chat/completions: tokenize, submit to the engine, and turn its
+// events into OpenAI chunks (SSE) or one response object.
+#include <condition_variable>
+#include <deque>
+#include <random>
+
+#include "core/log.h"
+#include "server/server.h"
+
+namespace sieve::server {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kFingerprint = "sieve-0.1.0";
+
+// Events from the engine thread to the connection's thread. The callback only appends under
+// a short lock (it runs on the engine thread and must not block); shared ownership keeps the
+// queue alive when a cancelled request's last event arrives after the handler has gone.
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<RequestEvent> events;
+};
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// OpenAI reports -9999 for tokens of probability 0 (JSON has no -inf).
+double finite_logprob(float lp) { return std::isfinite(lp) ? std::max<double>(lp, -9999.0) : -9999.0; }
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(c);
+  return b;
+}
+
+const char* finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "abort";
+    default: return "error";
+  }
+}
+
+// Per-token log-probabilities in the two OpenAI shapes.
+class Logprobs {
+ public:
+  Logprobs(const Tokenizer& tok, bool chat) : tok_(tok), chat_(chat) {}
+
+  // The entry of one token (chat: one element of logprobs.content).
+  json chat_entry(const RequestEvent& ev) const {
+    const std::string piece = tok_.token_to_piece(ev.token, true);
+    json top = json::array();
+    for (const TokenLogprob& t : ev.top) {
+      const std::string p = tok_.token_to_piece(t.token, true);
+      top.push_back({{"token", p}, {"logprob", finite_logprob(t.logprob)}, {"bytes", bytes_of(p)}});
+    }
+    return {{"token", piece}, {"logprob", finite_logprob(ev.logprob)}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}};
+  }
+
+  void add(const RequestEvent& ev) {
+    if (chat_) {
+      content_.push_back(chat_entry(ev));
+      return;
+    }
+    const std::string piece = tok_.token_to_piece(ev.token, true);
+    tokens_.push_back(piece);
+    token_logprobs_.push_back(finite_logprob(ev.logprob));
+    json top = json::object();
+    for (const TokenLogprob& t : ev.top) top[tok_.token_to_piece(t.token, true)] = finite_logprob(t.logprob);
+    top_.push_back(top);
+    offsets_.push_back(offset_);
+    offset_ += static_cast<int64_t>(piece.size());
+  }
+
+  json value() const {
+    if (chat_) return {{"content", content_}, {"refusal", nullptr}};
+    return {{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_}, {"text_offset", offsets_}};
+  }
+
+  // One token's logprobs as a streamed chunk carries them.
+  json single(const RequestEvent& ev) {
+    Logprobs one(tok_, chat_);
+    one.offset_ = offset_;
+    one.add(ev);
+    offset_ = one.offset_;
+    return one.value();
+  }
+
+ private:
+  const Tokenizer& tok_;
+  bool chat_;
+  json content_ = json::array();
+  json tokens_ = json::array(), token_logprobs_ = json::array(), top_ = json::array(), offsets_ = json::array();
+  int64_t offset_ = 0;
+};
+
+}  // namespace
+
+std::vector<int32_t> Server::prompt_tokens(const GenRequest& g) const {
+  const Tokenizer& tok = *engine_->model().tokenizer;
+  if (g.chat) {
+    auto text = apply_chat_template(tok, g.messages, g.add_generation_prompt);
+    if (!text) throw ApiError::bad("messages", text.message(), "invalid_messages");
+    // The template's own special tokens are parsed; BOS is added only when the model asks.
+    return tok.encode(*text, true, true);
+  }
+  if (g.prompt_is_tokens) return g.prompt_tokens;
+  // Raw text: control-token text in a prompt stays text (no prompt injection of specials).
+  return tok.encode(g.prompt_text, true, false);
+}
+
+PolicyPtr Server::request_policy(const GenRequest& g) const {
+  if (!g.policy_json) return nullptr;  // the engine's default (the server's --policy)
+  const json req = json::parse(*g.policy_json);
+  if (req.contains("policy")) {
+    auto p = policy_from_json_text(*g.policy_json, default_policy_->preset);
+    if (!p) throw ApiError::bad("sieve", "sieve: " + p.message(), "invalid_policy");
+    return std::make_shared<const PolicyConfig>(*p);
+  }
+  // Knobs without a preset adjust the server's default policy (its own knobs included).
+  PolicyConfig p = *default_policy_;
+  for (auto it = req.begin(); it != req.end(); ++it) {
+    const json& v = it.value();
+    std::string text;
+    if (v.is_string()) text = v.get<std::string>();
+    else if (v.is_boolean()) text = v.get<bool>() ? "true" : "false";
+    else if (v.is_number()) text = v.dump();
+    else throw ApiError::bad("sieve", fmt::format("sieve: knob {} must be a number, string or boolean", it.key()),
+                             "invalid_policy");
+    if (Status st = set_policy_knob(p, it.key(), text); !st)
+      throw ApiError::bad("sieve", "sieve: " + st.message(), "invalid_policy");
+  }
+  return std::make_shared<const PolicyConfig>(p);
+}
+
+void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<int32_t> prompt, Clock::time_point t0) {
+  const Tokenizer& tok = *engine_->model().tokenizer;
+  const int32_t n_ctx = engine_->config().n_ctx;
+  const int32_t n_prompt = static_cast<int32_t>(prompt.size());
+  const PolicyPtr policy = request_policy(g);
+  const std::string policy_desc = (policy ? policy : default_policy_)->describe();
+
+  RequestParams rp;
+  rp.prompt = std::move(prompt);
+  // OpenAI's defaults: 16 tokens for completions, the rest of the context for chat.
+  rp.max_tokens = g.max_tokens.value_or(g.chat ? limits().max_tokens : std::min(16, limits().max_tokens));
+  rp.max_tokens = std::min(rp.max_tokens, n_ctx - n_prompt);
+  rp.sampling = g.sampling;
+  rp.stop_at_eog = !g.ignore_eos;
+  rp.stop = g.stop;
+  rp.logprobs = g.logprobs;
+  rp.n_logprobs = g.top_logprobs;
+  rp.policy = policy;
+
+  auto q = std::make_shared<EventQueue>();
+  metrics_.observe_prompt_tokens(n_prompt);
+  metrics_.in_flight++;
+  const RequestId id = engine_->submit(std::move(rp), [q](const RequestEvent& ev) {
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->events.push_back(ev);
+    }
+    q->cv.notify_one();
+  });
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    active_.insert(id);
+  }
+
+  const std::string rid = random_id(g.chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  auto chunk = [&](json ch) {
+    json c = {{"id", rid},
+              {"object", g.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model_id_},
+              {"system_fingerprint", kFingerprint},
+              {"choices", ch.is_null() ? json::array() : json::array({ch})}};
+    if (g.include_usage) c["usage"] = nullptr;
+    return c;
+  };
+  auto choice = [&](const std::string& text, json logprobs, json finish) {
+    if (g.chat) {
+      json delta = json::object();
+      if (!text.empty()) delta["content"] = text;
+      return json{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    }
+    return json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
+  };
+
+  bool client_gone = false;
+  auto write = [&](const std::string& s) {
+    if (client_gone) return false;
+    if (!ex.write(s)) client_gone = true;
+    return !client_gone;
+  };
+  auto last_write = Clock::now();
+  if (g.stream) {
+    if (!ex.begin_stream(200, "text/event-stream",
+                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+      client_gone = true;
+    } else if (g.chat) {
+      write(sse(chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                           {"finish_reason", nullptr}})));
+    }
+  }
+
+  Logprobs lp(tok, g.chat);
+  std::string text;
+  RequestEvent final_ev;
+  bool have_final = false, cancel_sent = false;
+  int64_t n_tokens = 0;
+  Clock::time_point t_first{}, t_prev{}, t_last_check = Clock::now(), t_progress = Clock::now();
+  Clock::time_point abandon_at = Clock::time_point::max();
+  const auto ping = std::chrono::duration<double>(cfg_.ping_interval_s);
+  const auto progress_every = std::chrono::duration<double>(cfg_.progress_interval_s);
+
+  std::vector<RequestEvent> batch;
+  while (!have_final) {
+    {
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !q->events.empty(); });
+      batch.swap(q->events);
+    }
+    const auto now = Clock::now();
+    for (RequestEvent& ev : batch) {
+      if (ev.token >= 0) {
+        n_tokens++;
+        if (n_tokens == 1) {
+          t_first = now;
+          metrics_.observe_ttft(std::chrono::duration<double>(now - t0).count());
+        } else {
+          metrics_.observe_itl(std::chrono::duration<double>(now - t_prev).count());
+        }
+        t_prev = now;
+        if (g.stream) {
+          if (!ev.text.empty() || g.logprobs) {
+            write(sse(chunk(choice(ev.text, g.logprobs ? lp.single(ev) : json(nullptr), nullptr))));
+            last_write = now;
+          }
+        } else {
+          text += ev.text;
+          if (g.logprobs) lp.add(ev);
+        }
+      }
+      if (ev.finished) {
+        final_ev = std::move(ev);
+        have_final = true;
+        break;
+      }
+    }
+    batch.clear();
+    if (have_final) break;
+    if (cancel_sent) {
+      if (Clock::now() > abandon_at) break;  // the engine did not confirm in time: leave it
+      continue;
+    }
+    // The client went away (a failed write, or its socket closed): cancel, which frees the
+    // request's KV at the engine's next step, and wait for the engine's final event.
+    if (!client_gone && now - t_last_check >= std::chrono::milliseconds(100)) {
+      t_last_check = now;
+      if (ex.peer_closed()) client_gone = true;
+    }
+    if (client_gone) {
+      engine_->cancel(id);
+      cancel_sent = true;
+      metrics_.disconnects++;
+      abandon_at = Clock::now() + std::chrono::seconds(30);
+      log_info("server: {} client disconnected; request cancelled", rid);
+      continue;
+    }
+    if (g.stream && n_tokens == 0 && g.return_progress && now - t_progress >= progress_every) {
+      t_progress = now;
+      // The engine reports no per-request prefill position: when this is the only request
+      // in flight, the KV it holds is its progress; otherwise only the elapsed time is known.
+      json prog = {{"total", n_prompt}, {"time_ms", std::chrono::duration<double, std::milli>(now - t0).count()}};
+      if (metrics_.in_flight.load() == 1) {
+        const KvStats kv = engine_->kv_stats();
+        const int64_t held = static_cast<int64_t>(kv.n_pages_used) * engine_->config().page_size /
+                             std::max(1, kv.n_stream_full + kv.n_stream_window);
+        prog["processed"] = std::min<int64_t>(held, n_prompt);
+        prog["estimated"] = true;
+      }
+      json c = chunk(nullptr);
+      c["prompt_progress"] = prog;
+      write(sse(c));
+      last_write = now;
+    }
+    if (g.stream && ping.count() > 0 && now - last_write >= ping) {
+      write(": ping\n\n");
+      last_write = now;
+    }
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(active_mu_);
+    active_.erase(id);
+  }
+  metrics_.in_flight--;
+  const auto t_end = Clock::now();
+  const double e2e_s = std::chrono::duration<double>(t_end - t0).count();
+  const FinishReason reason = have_final ? final_ev.reason : FinishReason::cancelled;
+  metrics_.count_finished(finish_name(reason), final_ev.prompt_tokens, final_ev.cached_tokens,
+                          final_ev.completion_tokens, final_ev.sparse);
+  if (reason == FinishReason::stop || reason == FinishReason::length) metrics_.observe_e2e(e2e_s);
+  log_info("server: {} {} prompt={} cached={} completion={} finish={} ttft_ms={:.0f} e2e_ms={:.0f}", rid,
+           g.stream ? "stream" : "json", final_ev.prompt_tokens, final_ev.cached_tokens, final_ev.completion_tokens,
+           finish_name(reason), n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0.0,
+           e2e_s * 1000);
+  if (client_gone) return;
+
+  if (reason == FinishReason::cancelled || reason == FinishReason::error) {
+    const ApiError err = reason == FinishReason::cancelled
+                             ? ApiError{503, "the server is shutting down; the request was aborted", "",
+                                        "server_shutting_down", "", json::object()}
+                             : ApiError{500, "generation failed: " + final_ev.error, "", "generation_failed", "",
+                                        json::object()};
+    metrics_.count_error(error_type_for(err.status));
+    if (!g.stream) {
+      if (err.status == 503) ex.close_after();
+      ex.respond(err.status, "application/json", error_body(err), {});
+      return;
+    }
+    write(sse(error_json(err)));
+    write("data: [DONE]\n\n");
+    ex.end();
+    return;
+  }
+
+  const json usage = {{"prompt_tokens", final_ev.prompt_tokens},
+                      {"completion_tokens", final_ev.completion_tokens},
+                      {"total_tokens", final_ev.prompt_tokens + final_ev.completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", final_ev.cached_tokens}}}};
+  const double prompt_ms = n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0;
+  const double predicted_ms = n_tokens > 1 ? std::chrono::duration<double, std::milli>(t_prev - t_first).count() : 0;
+  const json timings = {
+      {"prompt_n", final_ev.prompt_tokens - final_ev.cached_tokens},
+      {"cache_n", final_ev.cached_tokens},
+      {"prompt_ms", prompt_ms},
+      {"prompt_per_second", prompt_ms > 0 ? (final_ev.prompt_tokens - final_ev.cached_tokens) * 1000.0 / prompt_ms : 0},
+      {"predicted_n", final_ev.completion_tokens},
+      {"predicted_ms", predicted_ms},
+      {"predicted_per_second", predicted_ms > 0 ? (n_tokens - 1) * 1000.0 / predicted_ms : 0}};
+  const json sieve_stats = {{"policy", final_ev.policy.empty() ? policy_desc : final_ev.policy},
+                            {"selected_fraction", final_ev.sparse.selected_fraction()},
+                            {"mean_selected_tokens", final_ev.sparse.mean_selected()},
+                            {"selection_cache_hit_rate", final_ev.sparse.hit_rate()},
+                            {"tokens_evicted", final_ev.sparse.tokens_evicted},
+                            {"kv_bytes_held", final_ev.sparse.kv_bytes_held},
+                            {"n_preempted", final_ev.n_preempted}};
+  const char* finish = finish_name(reason);
+  if (g.stream) {
+    if (!final_ev.text.empty()) write(sse(chunk(choice(final_ev.text, nullptr, nullptr))));
+    json last = chunk(choice("", nullptr, finish));
+    last["sieve"] = sieve_stats;
+    last["timings"] = timings;
+    write(sse(last));
+    if (g.include_usage) {
+      json u = chunk(nullptr);
+      u["usage"] = usage;
+      write(sse(u));
+    }
+    write("data: [DONE]\n\n");
+    ex.end();
+    return;
+  }
+  text += final_ev.text;
+  json ch;
+  if (g.chat) {
+    ch = {{"index", 0},
+          {"message", {{"role", "assistant"}, {"content", text}}},
+          {"logprobs", g.logprobs ? lp.value() : json(nullptr)},
+          {"finish_reason", finish}};
+  } else {
+    ch = {{"index", 0}, {"text", text}, {"logprobs", g.logprobs ? lp.value() : json(nullptr)}, {"finish_reason", finish}};
+  }
+  reply_json(ex, 200,
+             {{"id", rid},
+              {"object", g.chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", model_id_},
+              {"system_fingerprint", kFingerprint},
+              {"choices", json::array({ch})},
+              {"usage", usage},
+              {"timings", timings},
+              {"sieve", sieve_stats}});
+}
+
+}  // namespace sieve::server

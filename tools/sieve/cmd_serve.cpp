@@ -1,0 +1,153 @@
+// sieve serve: the OpenAI-compatible HTTP server (docs/server.md).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+
+#include "command.h"
+#include "core/log.h"
+#include "model_cache.h"
+#include "run_common.h"
+#include "server/server.h"
+
+namespace sieve::cli {
+namespace {
+
+struct ServeOptions {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string alias;
+  int32_t max_running = 16;
+  int32_t max_batch_tokens = 512;
+  int64_t kv_mib = 0;
+  bool no_prefix_cache = false;
+  int32_t max_concurrent = 64;
+  int32_t max_tokens = 0;
+  int64_t max_body_bytes = 32ll << 20;
+  double ping_interval = 15;
+  double progress_interval = 1;
+  double shutdown_timeout = 30;
+  SamplingFlags sampling;
+  PolicyFlags policy;
+};
+
+int serve(CLI::App& app, const ServeOptions& o) {
+  if (o.api_key.empty() == false && o.api_key.size() < 8) throw UserError("--api-key: use at least 8 characters");
+  server::ServerConfig cfg;
+  cfg.host = o.host;
+  cfg.port = o.port;
+  cfg.api_key = o.api_key;
+  if (cfg.api_key.empty()) {
+    if (const char* k = std::getenv("SIEVE_API_KEY"); k && *k) cfg.api_key = k;
+  }
+  cfg.model_id = o.alias;
+  cfg.engine.model_path = resolve_model(o.model.model, o.model.model.empty() || find_known_model(o.model.model));
+  cfg.engine.n_ctx = o.model.n_ctx;
+  cfg.engine.threads = o.model.threads;
+  cfg.engine.max_running = o.max_running;
+  cfg.engine.max_batch_tokens = o.max_batch_tokens;
+  cfg.engine.kv_budget_bytes = o.kv_mib << 20;
+  cfg.engine.prefix_cache = !o.no_prefix_cache;
+  cfg.max_concurrent = o.max_concurrent;
+  cfg.max_tokens = o.max_tokens;
+  cfg.http.max_body_bytes = o.max_body_bytes;
+  cfg.sampling = o.sampling.params();
+  cfg.fixed_seed = app.get_option("--seed")->count() > 0;
+  cfg.default_policy = policy_from_flags(o.policy);
+  cfg.ping_interval_s = o.ping_interval;
+  cfg.progress_interval_s = o.progress_interval;
+  cfg.shutdown_timeout_s = o.shutdown_timeout;
+
+  // Signals are taken by one thread with sigwait (blocked everywhere else, so no handler runs
+  // inside the engine or a connection). The first SIGTERM/SIGINT drains; a second exits now.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::Server srv(cfg);
+  if (Status s = srv.start(); !s) throw UserError(s.message());
+  log_info("server: listening on http://{}:{} (loading {})", cfg.host, srv.port(), cfg.engine.model_path);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int n_signals = 0;
+  std::thread([&set, &mu, &cv, &n_signals] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (++n_signals > 1) {
+        std::fprintf(stderr, "error: second signal: exiting without draining\n");
+        std::_Exit(1);
+      }
+      cv.notify_all();
+    }
+  }).detach();
+
+  if (Status s = srv.load(); !s) {
+    srv.stop();
+    throw UserError(s.message());
+  }
+  log_info("server: ready on http://{}:{}", cfg.host, srv.port());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return n_signals > 0; });
+  }
+  log_info("server: draining (up to {} s for in-flight requests)", o.shutdown_timeout);
+  const int cancelled = srv.drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
+  if (cancelled) log_warn("server: {} request(s) did not finish in time and were aborted", cancelled);
+  srv.stop();
+  log_info("server: stopped");
+  return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  add_model_flags(app, o->model);
+  app.add_option("--host", o->host, "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)");
+  app.add_option("--port", o->port, "TCP port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", o->api_key,
+                 "require 'Authorization: Bearer KEY' on every path but /health (or set SIEVE_API_KEY)");
+  app.add_option("-a,--alias", o->alias, "model id in /v1/models and responses (default: the file name)");
+  app.add_option("--max-running", o->max_running, "sequences the engine decodes together")->check(CLI::Range(1, 4096));
+  app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per engine step (prefill chunk)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--kv-mib", o->kv_mib, "KV memory budget in MiB (0: room for max-running full contexts)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse KV of shared prompt prefixes");
+  app.add_option("--max-concurrent", o->max_concurrent, "generation requests in flight; more get HTTP 429")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--max-tokens", o->max_tokens, "largest max_tokens a request may ask for (0: the context size)")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get HTTP 413")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  app.add_option("--ping-interval", o->ping_interval, "seconds between SSE comment pings on a silent stream (0: off)")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--progress-interval", o->progress_interval,
+                 "seconds between prompt_progress events for requests with return_progress")
+      ->check(CLI::Range(0.05, 3600.0));
+  app.add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests may finish after SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0));
+  // Request defaults follow OpenAI's (temperature 1, no top-k/top-p/min-p truncation); the
+  // sampling flags change them for requests that leave a field out.
+  o->sampling.temp = 1.0f;
+  o->sampling.top_k = 0;
+  o->sampling.top_p = 1.0f;
+  o->sampling.min_p = 0.0f;
+  add_sampling_flags(app, o->sampling);
+  add_policy_flags(app, o->policy);
+  return [o, &app]() { return serve(app, *o); };
+}
+
+SIEVE_COMMAND("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)", setup);
+
+}  // namespace
+}  // namespace sieve::cli

@@ -17,3 +17,15 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The server tests (tests/server) run pytest and the stock openai client from a git-ignored
+# venv at the repository root (build-venv); Debian's python3 needs python3-venv for it.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if ! "$root/build-venv/bin/python" -c "import openai, pytest" >/dev/null 2>&1; then
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+  fi
+  python3 -m venv "$root/build-venv"
+  "$root/build-venv/bin/python" -m pip install -q "openai>=1" pytest
+fi

@@ -1,8 +1,13 @@
-// sieve bench: prefill and decode throughput of the dense engine, printed as JSON.
+// sieve bench: prefill and decode throughput, printed as JSON, per thread count, prompt
+// length and attention policy (ratios to dense side by side when dense is in the list).
 // Method (kept identical to bench/llama_cpp_bench.py so the two compare side by side):
 // prefill = N prompt tokens in chunks of --batch into an empty KV; decode = --n-decode
-// greedy tokens right after that prompt, each a forward of one token; one warm-up run,
-// then the median of --reps runs.
+// greedy tokens right after that prompt, each a forward of one token; --warmup runs, then
+// the median of --reps runs. The prompt is token ids cycling through the vocabulary, or the
+// tokens of --file repeated to the length (real text, for sparse policies).
+#include <fstream>
+#include <sstream>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +20,8 @@
 #include "engine/forward.h"
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
+#include "engine/sparse_seq.h"
+#include "bench_engine.h"
 #include "model_cache.h"
 #include "run_common.h"
 
@@ -28,6 +35,14 @@ struct BenchOptions {
   int32_t n_decode = 128;
   int32_t n_batch = 512;
   int32_t reps = 3;
+  int32_t warmup = 1;
+  std::vector<std::string> policies = {"dense"};
+  std::vector<std::string> sets;  // knobs applied to every policy but dense
+  std::string file;
+  bool engine = false;
+  int32_t prefix_len = 4096;
+  std::vector<int32_t> concurrency = {1, 8};
+  int32_t conc_prompt = 512;
 };
 
 void reserve_or_throw(KvStore& kv, KvSeqId seq, std::span<const int32_t> tokens) {
@@ -50,35 +65,63 @@ int run(BenchOptions o) {
   int32_t max_len = 0;
   for (int32_t l : o.lengths) max_len = std::max(max_len, l);
   const int32_t n_ctx = max_len + o.n_decode;
-  // Deterministic prompt: token ids cycling through the vocabulary's ordinary range.
   std::vector<int32_t> prompt(max_len);
-  for (int32_t i = 0; i < max_len; ++i) prompt[i] = 100 + (i * 7919) % std::min(model.hp.n_vocab - 100, 30000);
+  if (o.file.empty()) {
+    // Deterministic prompt: token ids cycling through the vocabulary's ordinary range.
+    for (int32_t i = 0; i < max_len; ++i) prompt[i] = 100 + (i * 7919) % std::min(model.hp.n_vocab - 100, 30000);
+  } else {
+    std::ifstream in(o.file, std::ios::binary);
+    if (!in) throw UserError("cannot read the prompt file " + o.file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::vector<int32_t> ids = model.tokenizer->encode(ss.str(), model.tokenizer->add_bos(), false);
+    if (ids.size() < 2) throw UserError("the prompt file " + o.file + " has no text");
+    for (int32_t i = 0; i < max_len; ++i) prompt[i] = ids[i % ids.size()];
+  }
+  std::vector<PolicyPtr> policies;
+  for (const std::string& name : o.policies) {
+    PolicyFlags pf{name, "", name == "dense" ? std::vector<std::string>{} : o.sets};
+    policies.push_back(policy_from_flags(pf));
+  }
 
   nlohmann::json results = nlohmann::json::array();
   for (int32_t nt : o.threads) {
-    ThreadPool pool(nt);
+   ThreadPool pool(nt);
+   for (const PolicyPtr& policy : policies) {
     // No prefix cache: every repetition must compute its prompt.
-    KvConfig kc = kv_config_for(model.hp, kv_budget_bytes(model.hp, n_ctx, 1, 16), 16, "bench");
+    SketchProjection sketch(sketch_spec_for(*policy, model.hp));
+    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench");
+    kc.sketch_dim = sketch.spec().dim;
+    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim);
     kc.prefix_cache = false;
     auto store = KvStore::create(kc);
     if (!store) throw UserError(store.message());
     KvStore& kv = *store;
-    Forward fwd(model, pool, kv);
+    Forward fwd(model, pool, kv, &sketch);
     for (int32_t len : o.lengths) {
       std::vector<double> pf, dc;
-      for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+      SparseStats last;
+      int64_t kv_bytes = 0;
+      const PolicyConfig resolved = resolve_auto(*policy, len);
+      for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {  // rep <= 0: warm-up
         auto added = kv.add_sequence({});
         if (!added) throw UserError(added.message());
         const KvSeqId seq = added->seq;
+        std::unique_ptr<SparseSeq> sp;
+        if (!resolved.is_dense()) sp = std::make_unique<SparseSeq>(resolved, model.hp);
         std::vector<float> logits;
         auto t0 = std::chrono::steady_clock::now();
         for (int32_t i = 0; i < len; i += o.n_batch) {
           BatchEntry e;
           e.seq = seq;
           e.tokens = std::span<const int32_t>(prompt.data() + i, std::min(o.n_batch, len - i));
+          e.sparse = sp.get();
           reserve_or_throw(kv, seq, e.tokens);
           Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
           if (!s) throw UserError(s.message());
+          if (sp) {
+            if (Status es = sparse_after_step(kv, seq, *sp, model.hp); !es) throw UserError(es.message());
+          }
         }
         auto t1 = std::chrono::steady_clock::now();
         int32_t tok = argmax(logits);
@@ -86,21 +129,44 @@ int run(BenchOptions o) {
           BatchEntry e;
           e.seq = seq;
           e.tokens = std::span<const int32_t>(&tok, 1);
+          e.sparse = sp.get();
           reserve_or_throw(kv, seq, e.tokens);
           Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
           if (!s) throw UserError(s.message());
+          if (sp) {
+            if (Status es = sparse_after_step(kv, seq, *sp, model.hp); !es) throw UserError(es.message());
+          }
           tok = argmax(logits);
         }
         auto t2 = std::chrono::steady_clock::now();
+        kv_bytes = kv.seq_bytes(seq);
+        last = sp ? sp->stats : SparseStats{};
         if (Status s = kv.free_sequence(seq); !s) throw UserError(s.message());
-        if (rep == 0) continue;
+        if (rep <= 0) continue;
         pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
         dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());
       }
       nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf)},
-                          {"decode_tok_s", median(dc)}, {"n_decode", o.n_decode}};
-      log_info("threads {} prompt {}: prefill {:.1f} tok/s, decode {:.1f} tok/s", nt, len, median(pf), median(dc));
+                          {"decode_tok_s", median(dc)}, {"n_decode", o.n_decode},
+                          {"policy", resolved.describe()}, {"kv_bytes", kv_bytes},
+                          {"selected_fraction", last.selected_fraction()},
+                          {"selection_cache_hit_rate", last.hit_rate()},
+                          {"tokens_evicted", last.tokens_evicted}};
+      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s, decode {:.1f} tok/s, read {:.1f}%, hits {:.0f}%, KV {:.1f} MiB",
+               nt, len, resolved.describe(), median(pf), median(dc), 100 * last.selected_fraction(),
+               100 * last.hit_rate(), kv_bytes / 1048576.0);
       results.push_back(r);
+    }
+   }
+  }
+  // Side-by-side ratios to dense at the same threads and length.
+  for (auto& r : results) {
+    for (const auto& d : results) {
+      if (d["policy"] == "dense" && d["threads"] == r["threads"] && d["prompt_tokens"] == r["prompt_tokens"]) {
+        r["decode_vs_dense"] = r["decode_tok_s"].get<double>() / d["decode_tok_s"].get<double>();
+        r["prefill_vs_dense"] = r["prefill_tok_s"].get<double>() / d["prefill_tok_s"].get<double>();
+        r["kv_bytes_vs_dense"] = static_cast<double>(r["kv_bytes"].get<int64_t>()) / d["kv_bytes"].get<int64_t>();
+      }
     }
   }
   char date[32];
@@ -121,7 +187,29 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--n-decode", o->n_decode, "tokens decoded after the prompt")->check(CLI::Range(1, 100000));
   app.add_option("--batch", o->n_batch, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--reps", o->reps, "measured repetitions (median reported)")->check(CLI::Range(1, 100));
+  app.add_option("--warmup", o->warmup, "warm-up runs before measuring")->check(CLI::Range(0, 10));
+  app.add_option("--policies", o->policies, "attention policies to compare (dense first for ratios)")->delimiter(',');
+  app.add_option("--set", o->sets, "policy knob key=value for every policy but dense (repeatable)");
+  app.add_option("-f,--file", o->file, "prompt text, repeated to each length (default: synthetic ids)");
+  app.add_flag("--engine", o->engine,
+               "engine core instead: repeated-prompt prefix hit and N concurrent sequences");
+  app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")->check(CLI::Range(16, 1 << 20));
+  app.add_option("--concurrency", o->concurrency, "--engine: concurrent sequences to compare")->delimiter(',');
+  app.add_option("--conc-prompt", o->conc_prompt, "--engine: prompt length per sequence")->check(CLI::Range(1, 1 << 20));
   return [o]() {
+    if (o->engine) {
+      EngineBenchOptions e;
+      ModelOptions mo = o->model;
+      e.model_path = resolve_model(mo.model, mo.model.empty() || find_known_model(mo.model));
+      e.threads = o->threads.empty() ? 2 : o->threads.front();
+      e.prefix_len = o->prefix_len;
+      e.concurrency = o->concurrency;
+      e.prompt_len = o->conc_prompt;
+      e.n_decode = o->n_decode;
+      e.file = o->file;
+      for (int32_t c : e.concurrency) if (c < 1 || c > 256) throw UserError("--concurrency values must be in [1, 256]");
+      return run_engine_bench(e);
+    }
     for (int32_t t : o->threads) if (t < 1 || t > 1024) throw UserError("thread counts must be in [1, 1024]");
     for (int32_t l : o->lengths) if (l < 1 || l > (1 << 22)) throw UserError("prompt lengths must be in [1, 4M]");
     return run(*o);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -21,15 +22,44 @@ void softmax_row(float* row, int32_t n) {
   for (int32_t j = 0; j < n; ++j) row[j] *= inv;
 }
 
+// Float -> unsigned with the same order (NaN-free input).
+inline uint32_t order_key(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 // Indices of the k largest values (ties to the lower index), in no particular order.
+// Radix select: one histogram pass over the top 11 bits of the order key finds the bin
+// holding the k-th value; everything above it is in, and only that bin's elements are
+// ranked exactly. O(n) instead of nth_element's larger constant on the full index array.
 std::vector<int32_t> top_indices(const float* v, int32_t n, int32_t k) {
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  k = std::min(k, n);
+  k = std::max(0, std::min(k, n));
+  std::vector<int32_t> out;
+  if (k == 0) return out;
+  if (k == n) {
+    out.resize(n);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  constexpr int kBits = 11, kBins = 1 << kBits;
+  int32_t hist[kBins] = {};
+  for (int32_t j = 0; j < n; ++j) hist[order_key(v[j]) >> (32 - kBits)]++;
+  int32_t above = 0, bin = kBins - 1;
+  for (; bin > 0 && above + hist[bin] < k; --bin) above += hist[bin];
+  out.reserve(k);
+  std::vector<int32_t> cand;
+  cand.reserve(hist[bin]);
+  for (int32_t j = 0; j < n; ++j) {
+    const uint32_t b = order_key(v[j]) >> (32 - kBits);
+    if (static_cast<int32_t>(b) > bin) out.push_back(j);
+    else if (static_cast<int32_t>(b) == bin) cand.push_back(j);
+  }
+  const int32_t need = k - above;
   auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
-  idx.resize(k);
-  return idx;
+  if (need < static_cast<int32_t>(cand.size())) std::nth_element(cand.begin(), cand.begin() + need, cand.end(), better);
+  out.insert(out.end(), cand.begin(), cand.begin() + need);
+  return out;
 }
 
 }  // namespace
@@ -85,12 +115,13 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
     s = bscore.data();
   }
   // Blocks in rank order, as far as needed.
-  std::vector<int32_t> order(n_blocks);
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> order;
   auto better = [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
   const int64_t cap_tokens = k > 0 ? k : int64_t{n};
   std::vector<int32_t> chosen;
   if (p > 0.0f) {
+    order.resize(n_blocks);
+    std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), better);
     double total = 0;
     for (int32_t b = 0; b < n_blocks; ++b) total += std::max(0.0f, s[b]);
@@ -107,11 +138,8 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
     }
   } else {
     const int32_t want_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, (cap_tokens + block - 1) / block));
-    if (want_blocks < n_blocks) {
-      std::nth_element(order.begin(), order.begin() + want_blocks, order.end(), better);
-    }
-    order.resize(want_blocks);
-    std::sort(order.begin(), order.end(), better);
+    order = top_indices(s, n_blocks, want_blocks);
+    if (block > 1) std::sort(order.begin(), order.end(), better);  // the budget may cut the last block
     int64_t tokens = 0;
     for (int32_t b : order) {
       const int32_t len = std::min(block, n - b * block);

@@ -189,6 +189,11 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
     }
   }
+  // Compact positions rotate the queries too; the rotator is made ready before the workers run.
+  const RopeRotator* rot = nullptr;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (plans_[i].compact) rot = &rotator(il, kv_.n_tokens(batch[i].seq) + 1);
+  }
   // Later query blocks see more keys: hand out tasks dynamically.
   std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);
   std::vector<float> part_m(static_cast<size_t>(n_split_rows) * G), part_l(part_m.size());
@@ -196,7 +201,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   const int64_t qd = hp.q_dim();
   pool_.run([&](int, int) {
     std::vector<float> qbuf, obuf;
-    std::vector<int32_t> cpos, delta;
+    std::vector<int32_t> cpos;
     for (size_t ti = next++; ti < tasks.size(); ti = next++) {
       const Task& tk = tasks[ti];
       const BatchEntry& e = batch[tk.entry];
@@ -215,12 +220,10 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         const int32_t n_sel = plan.views[tk.kv_head].n_tokens;
         const int32_t n_q_all = static_cast<int32_t>(e.tokens.size());
         cpos.resize(nq);
-        delta.resize(nq);
         for (int32_t t = 0; t < nq; ++t) {
           cpos[t] = n_sel - n_q_all + tk.t0 + t;
-          delta[t] = cpos[t] - qpos[t];
+          rot->rotate(qbuf.data() + static_cast<size_t>(t) * G * d, G, int64_t{cpos[t]} - qpos[t]);
         }
-        rope(qbuf.data(), delta.data(), nq, G, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
         qpos = cpos.data();
       }
       AttnQuery aq{qbuf.data(), qpos, nq, G, d, hp.attn_scale, window};

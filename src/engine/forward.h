@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
 #include "core/result.h"
 #include "core/thread_pool.h"
 #include "engine/kv_binding.h"
@@ -71,6 +73,8 @@ class Forward {
   };
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
   void write_sketches(int layer, std::span<const BatchEntry> batch);
+  // The RoPE rotator of a layer's base (compact positions), with offsets up to max_abs ready.
+  const RopeRotator& rotator(int layer, int64_t max_abs);
 
   const Model& model_;
   ThreadPool& pool_;
@@ -79,6 +83,7 @@ class Forward {
   AttentionObserver* observer_ = nullptr;
   HeadViewTables views_;
   std::vector<EntryPlan> plans_;
+  std::vector<std::unique_ptr<RopeRotator>> rotators_;  // one per distinct RoPE base
   std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch
   MatmulScratch mm_;
   // activations, [n_tok, ...]

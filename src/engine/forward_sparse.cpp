@@ -43,6 +43,19 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
   }
 }
 
+const RopeRotator& Forward::rotator(int il, int64_t max_abs) {
+  const ModelHParams& hp = model_.hp;
+  for (auto& r : rotators_) {
+    if (r->base() == hp.rope_base[il]) {
+      r->reserve(max_abs);
+      return *r;
+    }
+  }
+  rotators_.push_back(std::make_unique<RopeRotator>(hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode));
+  rotators_.back()->reserve(max_abs);
+  return *rotators_.back();
+}
+
 void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
   plan.active = false;
   plan.compact = false;
@@ -287,40 +300,43 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   plan.vp.resize(Hkv);
   plan.pp.resize(Hkv);
   plan.views.resize(Hkv);
-  pool_.parallel_for(Hkv, 1, [&](int64_t a, int64_t z) {
+  const RopeRotator& rot = rotator(il, kv_.n_tokens(e.seq) + 1);
+  for (int32_t hk = 0; hk < Hkv; ++hk) {
+    const int32_t n = static_cast<int32_t>(plan.keys[hk].size());
+    plan.gk[hk].resize(static_cast<size_t>(n) * d);
+    plan.gv[hk].resize(static_cast<size_t>(n) * d);
+    plan.gpos[hk].resize(n);
+  }
+  int64_t per_head = 0;
+  for (const auto& k : plan.keys) per_head = std::max<int64_t>(per_head, static_cast<int64_t>(k.size()));
+  pool_.parallel_for(int64_t{Hkv} * per_head, 256, [&](int64_t a, int64_t z) {
     std::vector<float> row(d);
-    std::vector<int32_t> delta(1);
-    for (int64_t hk = a; hk < z; ++hk) {
-      const std::vector<int32_t>& keys = plan.keys[hk];
-      const int32_t n = static_cast<int32_t>(keys.size());
-      auto& gk = plan.gk[hk];
-      auto& gv = plan.gv[hk];
-      auto& gp = plan.gpos[hk];
-      gk.resize(static_cast<size_t>(n) * d);
-      gv.resize(static_cast<size_t>(n) * d);
-      gp.resize(n);
-      for (int32_t i = 0; i < n; ++i) {
-        const int32_t j = keys[i];
-        f16_to_f32_row(views[hk].k_row(j), row.data(), d);
-        delta[0] = i - views[hk].position(j);
-        rope(row.data(), delta.data(), 1, 1, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
-        f32_to_f16_row(row.data(), gk.data() + int64_t{i} * d, d);
-        std::copy(views[hk].v_row(j), views[hk].v_row(j) + d, gv.data() + int64_t{i} * d);
-        gp[i] = i;
-      }
-      plan.kp[hk] = gk.data();
-      plan.vp[hk] = gv.data();
-      plan.pp[hk] = gp.data();
-      KvHeadView v;
-      v.k_pages = &plan.kp[hk];
-      v.v_pages = &plan.vp[hk];
-      v.pos_pages = &plan.pp[hk];
-      v.page_size = std::max(n, 1);
-      v.row_stride = d;
-      v.n_tokens = n;
-      plan.views[hk] = v;
+    for (int64_t x = a; x < z; ++x) {
+      const int32_t hk = static_cast<int32_t>(x / per_head);
+      const int32_t i = static_cast<int32_t>(x % per_head);
+      if (i >= static_cast<int32_t>(plan.keys[hk].size())) continue;
+      const int32_t j = plan.keys[hk][i];
+      f16_to_f32_row(views[hk].k_row(j), row.data(), d);
+      rot.rotate(row.data(), 1, int64_t{i} - views[hk].position(j));
+      f32_to_f16_row(row.data(), plan.gk[hk].data() + int64_t{i} * d, d);
+      std::copy(views[hk].v_row(j), views[hk].v_row(j) + d, plan.gv[hk].data() + int64_t{i} * d);
+      plan.gpos[hk][i] = i;
     }
   });
+  for (int32_t hk = 0; hk < Hkv; ++hk) {
+    const int32_t n = static_cast<int32_t>(plan.keys[hk].size());
+    plan.kp[hk] = plan.gk[hk].data();
+    plan.vp[hk] = plan.gv[hk].data();
+    plan.pp[hk] = plan.gpos[hk].data();
+    KvHeadView v;
+    v.k_pages = &plan.kp[hk];
+    v.v_pages = &plan.vp[hk];
+    v.pos_pages = &plan.pp[hk];
+    v.page_size = std::max(n, 1);
+    v.row_stride = d;
+    v.n_tokens = n;
+    plan.views[hk] = v;
+  }
 }
 
 }  // namespace sieve

@@ -133,6 +133,60 @@ void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim
   }
 }
 
+RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode)
+    : head_dim_(head_dim), half_(n_rot / 2), base_(base), mode_(mode) {
+  lo_cos_.resize(1024 * static_cast<size_t>(half_));
+  lo_sin_.resize(lo_cos_.size());
+  for (int p = 0; p < 1024; ++p) {
+    for (int i = 0; i < half_; ++i) {
+      const double a = p * std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+      lo_cos_[p * half_ + i] = static_cast<float>(std::cos(a));
+      lo_sin_[p * half_ + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  reserve(1024);
+}
+
+void RopeRotator::reserve(int64_t max_abs) {
+  const int64_t need = max_abs / 1024 + 1;
+  if (need <= n_hi_) return;
+  hi_cos_.resize(need * half_);
+  hi_sin_.resize(need * half_);
+  const int n_rot = 2 * half_;
+  for (int64_t h = n_hi_; h < need; ++h) {
+    for (int i = 0; i < half_; ++i) {
+      const double a = static_cast<double>(h * 1024) * std::pow(static_cast<double>(base_), -2.0 * i / n_rot);
+      hi_cos_[h * half_ + i] = static_cast<float>(std::cos(a));
+      hi_sin_[h * half_ + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  n_hi_ = need;
+}
+
+void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {
+  const int64_t a = offset < 0 ? -offset : offset;
+  const float sign = offset < 0 ? -1.0f : 1.0f;
+  const float* lc = lo_cos_.data() + (a % 1024) * half_;
+  const float* ls = lo_sin_.data() + (a % 1024) * half_;
+  const float* hc = hi_cos_.data() + (a / 1024) * half_;
+  const float* hs = hi_sin_.data() + (a / 1024) * half_;
+  float cs[512], sn[512];
+  for (int i = 0; i < half_; ++i) {
+    cs[i] = lc[i] * hc[i] - ls[i] * hs[i];
+    sn[i] = sign * (ls[i] * hc[i] + lc[i] * hs[i]);
+  }
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim_;
+    for (int i = 0; i < half_; ++i) {
+      const int ia = mode_ == RopeMode::norm ? 2 * i : i;
+      const int ib = mode_ == RopeMode::norm ? 2 * i + 1 : i + half_;
+      const float x0 = v[ia], x1 = v[ib];
+      v[ia] = x0 * cs[i] - x1 * sn[i];
+      v[ib] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

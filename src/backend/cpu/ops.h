@@ -5,6 +5,8 @@
 
 #include "core/rope_mode.h"
 
+#include <vector>
+
 namespace sieve {
 
 // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w   for n_rows rows of n (in place ok).
@@ -14,6 +16,28 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t
 // pos[t] * base^(-2i/n_rot); NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
 void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
           float base, RopeMode mode);
+
+// RoPE rotations by arbitrary (also negative) position offsets without trigonometry per
+// call: cos/sin of p * theta_i come from two small tables (p = hi * 1024 + lo, angle
+// addition), so re-rotating thousands of selected keys per step (compact positions) costs a
+// few multiply-adds per pair. Tables grow with reserve(); rotate() itself is const and safe
+// to call from many threads once the needed range is reserved.
+class RopeRotator {
+ public:
+  RopeRotator(int head_dim, int n_rot, float base, RopeMode mode);
+  // Makes offsets with |offset| <= max_abs available (not thread-safe; call before rotate).
+  void reserve(int64_t max_abs);
+  // Rotates n_heads vectors of head_dim by `offset` positions (x at position p moves to p + offset).
+  void rotate(float* x, int n_heads, int64_t offset) const;
+  float base() const { return base_; }
+
+ private:
+  int head_dim_, half_;
+  float base_;
+  RopeMode mode_;
+  std::vector<float> lo_cos_, lo_sin_, hi_cos_, hi_sin_;  // [1024 | n_hi, half]
+  int64_t n_hi_ = 0;
+};
 
 // gate[i] = act(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);

@@ -180,6 +180,9 @@ def main():
 
     failed = [i for i, r in enumerate(results) if r is None or r["error"] or r["finish"] is None]
     mismatched = [i for i, (r, s) in enumerate(zip(results, singles)) if r and s and r["text"] != s["text"]]
+    # where each differing output first departs from its single-request run (characters)
+    first_diff = {i: next((k for k, (a, b) in enumerate(zip(results[i]["text"], singles[i]["text"])) if a != b),
+                          min(len(results[i]["text"]), len(singles[i]["text"]))) for i in mismatched}
     ok = [r for r in results if r and not r["error"]]
     ttft = [r["times"][0] for r in ok if r["times"]]
     itl = [b - a for r in ok for a, b in zip(r["times"], r["times"][1:])]
@@ -193,6 +196,7 @@ def main():
         "failed": len(failed),
         "greedy_equal_single": None if args.skip_single else not mismatched,
         "mismatched": mismatched,
+        "first_diff_char": first_diff,
         "prompt_tokens_total": prompt_tokens,
         "prompt_tokens_mean": prompt_tokens / max(1, len(ok)),
         "completion_tokens_total": completion_tokens,

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 
 #include "command.h"
@@ -76,19 +77,25 @@ int serve(CLI::App& app, const ServeOptions& o) {
   if (Status s = srv.start(); !s) throw UserError(s.message());
   log_info("server: listening on http://{}:{} (loading {})", cfg.host, srv.port(), cfg.engine.model_path);
 
-  std::mutex mu;
-  std::condition_variable cv;
-  int n_signals = 0;
-  std::thread([&set, &mu, &cv, &n_signals] {
+  // Shared with the signal thread, which outlives this function (it stays in sigwait).
+  struct SignalState {
+    sigset_t set;
+    std::mutex mu;
+    std::condition_variable cv;
+    int n = 0;
+  };
+  auto sig = std::make_shared<SignalState>();
+  sig->set = set;
+  std::thread([sig] {
     for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
-      std::lock_guard<std::mutex> lock(mu);
-      if (++n_signals > 1) {
+      int s = 0;
+      if (sigwait(&sig->set, &s) != 0) continue;
+      std::lock_guard<std::mutex> lock(sig->mu);
+      if (++sig->n > 1) {
         std::fprintf(stderr, "error: second signal: exiting without draining\n");
         std::_Exit(1);
       }
-      cv.notify_all();
+      sig->cv.notify_all();
     }
   }).detach();
 
@@ -98,8 +105,8 @@ int serve(CLI::App& app, const ServeOptions& o) {
   }
   log_info("server: ready on http://{}:{}", cfg.host, srv.port());
   {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return n_signals > 0; });
+    std::unique_lock<std::mutex> lock(sig->mu);
+    sig->cv.wait(lock, [&] { return sig->n > 0; });
   }
   log_info("server: draining (up to {} s for in-flight requests)", o.shutdown_timeout);
   const int cancelled = srv.drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));

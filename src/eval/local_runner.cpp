@@ -1,0 +1,86 @@
+// The in-process runner: sieve::Generator with greedy sampling, one sample at a time.
+#include <cctype>
+
+#include "engine/generate.h"
+#include "eval/runner.h"
+
+namespace sieve::eval {
+namespace {
+
+class LocalRunner final : public Runner_i {
+ public:
+  LocalRunner(const Model& model, ThreadPool& pool, const LocalRunnerOptions& opt)
+      : model_(model), pool_(pool), opt_(opt) {}
+
+  std::string backend() const override { return "local"; }
+
+  Result<Completion> complete(const CompletionRequest& r) override {
+    if (r.tokens.empty()) return make_error("empty prompt");
+    if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > opt_.n_ctx) {
+      return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}",
+                        r.tokens.size(), r.max_new_tokens, opt_.n_ctx);
+    }
+    // The Generator keeps its KV store (and so its prefix cache) across calls of one policy
+    // when that cannot change results; otherwise every request gets a fresh one.
+    const std::string label = policy_label(r.policy);
+    const bool reuse =
+        opt_.prefix_cache && label == gen_policy_ && policy_allows_prefix_reuse(r.policy);
+    if (!gen_ || !reuse) {
+      gen_.reset();  // free the old store before the new one is allocated
+      gen_ = std::make_unique<Generator>(model_, pool_, opt_.n_ctx);
+      gen_policy_ = label;
+    }
+    GenerateOptions g;
+    g.n_predict = r.max_new_tokens;
+    g.n_batch = opt_.n_batch;
+    g.sampling.temperature = 0.0f;  // greedy: argmax, ties to the lowest id
+    g.policy = r.policy;
+    std::vector<int32_t> out;
+    std::string text;
+    auto st = gen_->generate(r.tokens, g, [&](int32_t t) {
+      out.push_back(t);
+      if (!r.stop_at_newline) return true;
+      text += model_.tokenizer->token_to_piece(t);
+      return answer_line_end(text) == std::string::npos;
+    });
+    if (!st) {
+      gen_.reset();  // a failed step may leave the store in any state
+      return st.error();
+    }
+    Completion c;
+    c.text = model_.tokenizer->decode(out);
+    if (r.stop_at_newline) c.text = c.text.substr(0, answer_line_end(c.text));
+    c.prompt_tokens = st->prompt_tokens;
+    c.reused_tokens = st->cached_tokens;
+    c.prefill_tokens = st->prompt_tokens - st->cached_tokens;
+    c.completion_tokens = st->completion_tokens;
+    c.prefill_ms = st->prefill_ms;
+    c.decode_ms = st->decode_ms;
+    c.selected_fraction = st->sparse.selected_fraction();
+    c.policy = st->policy;
+    return c;
+  }
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  LocalRunnerOptions opt_;
+  std::unique_ptr<Generator> gen_;
+  std::string gen_policy_;  // the policy label gen_'s store was filled under
+};
+
+}  // namespace
+
+size_t answer_line_end(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (std::isalnum(static_cast<unsigned char>(text[i]))) return text.find('\n', i);
+  }
+  return std::string_view::npos;
+}
+
+std::unique_ptr<Runner_i> make_local_runner(const Model& model, ThreadPool& pool,
+                                            const LocalRunnerOptions& opt) {
+  return std::make_unique<LocalRunner>(model, pool, opt);
+}
+
+}  // namespace sieve::eval

@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-      libpcre2-dev libssl-dev libxxhash-dev libzip-dev zlib1g-dev)
+      libpcre2-dev libssl-dev libxxhash-dev libzip-dev zlib1g-dev
+      chromium)  # headless, for the eval report's rendering test (src/eval)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -98,12 +98,18 @@ SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
     _mm256_storeu_ps(s + t, p);
     acc = _mm256_add_ps(acc, p);
   }
-  float sum = hsum(acc);
-  for (; t < n; ++t) {
-    s[t] = s[t] == kNegInf ? 0.0f : std::exp(s[t] - m);
-    sum += s[t];
+  // The tail goes through the same vector exp on a padded copy (padding -inf gives 0), so an
+  // element's value and the lane it is summed in never depend on the tile's length: a query
+  // row gets bitwise the same result whichever query block (prefill chunk split) it is in.
+  if (t < n) {
+    alignas(32) float tail[8];
+    for (int i = 0; i < 8; ++i) tail[i] = t + i < n ? s[t + i] : kNegInf;
+    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_load_ps(tail), vm));
+    _mm256_store_ps(tail, p);
+    for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
+    acc = _mm256_add_ps(acc, p);
   }
-  return sum;
+  return hsum(acc);
 }
 
 SIEVE_AVX2 void tile_accum_avx2(const float* p, const float* v, int n, int d, float alpha,

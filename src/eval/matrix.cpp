@@ -43,7 +43,7 @@ SampleRecord planned_record(const SampleSpec& s, const Task& task, const RunIden
   r.ctx = s.ctx;
   r.index = s.index;
   r.seed = s.seed;
-  r.data_version = fmt::format("g{}", k_generator_version);
+  r.data_version = generator_tag();
   if (task.info().needs_essays && tc.essays) {
     r.data_version += fmt::format("-e{:016x}", tc.essays->fingerprint());
   }

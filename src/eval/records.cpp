@@ -7,6 +7,26 @@ namespace sieve::eval {
 
 using json = nlohmann::json;
 
+std::string generator_tag() {
+  return fmt::format("g{}", k_generator_version);
+}
+
+std::vector<SampleRecord> current_records(std::span<const SampleRecord> records, int64_t* skipped) {
+  const std::string tag = generator_tag();
+  std::vector<SampleRecord> out;
+  int64_t n_skipped = 0;
+  for (const SampleRecord& r : records) {
+    const std::string_view v = r.data_version;
+    if (v == tag || (v.size() > tag.size() && v.substr(0, tag.size() + 1) == tag + "-")) {
+      out.push_back(r);
+    } else {
+      ++n_skipped;
+    }
+  }
+  if (skipped) *skipped = n_skipped;
+  return out;
+}
+
 std::string record_key(const SampleRecord& r) {
   return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}|{:016x}|{}|{}", r.model, r.backend, r.format, r.stop,
                      r.policy, r.task, r.ctx, r.index, r.seed,

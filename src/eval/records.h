@@ -14,8 +14,9 @@
 
 namespace sieve::eval {
 
-// Bumped whenever a generator changes what it produces, so old records stop matching.
-inline constexpr int k_generator_version = 1;
+// Bumped whenever a generator changes what it produces, so old records stop matching and
+// drop out of the reports. (2: the first committed harness; 1 was its uncommitted draft.)
+inline constexpr int k_generator_version = 2;
 
 struct SampleRecord {
   // What makes the sample (its key).
@@ -57,6 +58,14 @@ struct SampleRecord {
 // What identifies a sample's run: model, backend, format, stop, policy, task, ctx, index, seed,
 // target depth and data version. Two runs with one key are the same sample (resuming skips).
 std::string record_key(const SampleRecord& r);
+
+// "g<version>": how data_version starts for records of this build's generators.
+std::string generator_tag();
+// The records made by this build's generators (the reports use only those), and how many
+// others there were.
+std::vector<SampleRecord> current_records(std::span<const SampleRecord> records,
+                                          int64_t* skipped = nullptr);
+
 nlohmann::json to_json(const SampleRecord& r);
 Result<SampleRecord> record_from_json(const nlohmann::json& j);
 

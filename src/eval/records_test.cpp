@@ -65,7 +65,7 @@ SampleRecord sample(const std::string& task, int32_t ctx, int32_t index, double 
   r.ctx = ctx;
   r.index = index;
   r.seed = 0xfedcba9876543210ull + index;
-  r.data_version = "g1";
+  r.data_version = generator_tag();
   r.id = task + "/" + std::to_string(ctx) + "/" + std::to_string(index);
   r.answers = {"1234567"};
   r.output = "<b>1234567</b> & \"more\"";
@@ -105,6 +105,21 @@ TEST(Records, JsonRoundTripKeepsEveryField) {
   EXPECT_TRUE(j["selected_fraction"].is_null());
   EXPECT_DOUBLE_EQ(record_from_json(j)->selected_fraction, -1);
   EXPECT_FALSE(record_from_json(nlohmann::json::parse("{\"id\": 3}")).ok());
+}
+
+TEST(Records, ReportsKeepOnlyThisGeneratorVersion) {
+  std::vector<SampleRecord> recs = {sample("vt", 1024, 0, 1), sample("vt", 1024, 1, 1),
+                                    sample("vt", 1024, 2, 1)};
+  recs[0].data_version = generator_tag();
+  recs[1].data_version = generator_tag() + "-e0123456789abcdef";
+  recs[2].data_version = "g0";
+  int64_t skipped = -1;
+  const auto cur = current_records(recs, &skipped);
+  ASSERT_EQ(cur.size(), 2u);
+  EXPECT_EQ(skipped, 1);
+  EXPECT_EQ(cur[1].index, 1);
+  recs[0].data_version = generator_tag() + "0";  // g20 is not g2
+  EXPECT_EQ(current_records(recs).size(), 1u);
 }
 
 TEST(Records, StoreResumesAndSurvivesATruncatedLine) {

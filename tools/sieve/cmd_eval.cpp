@@ -121,8 +121,15 @@ fs::path runs_log(const fs::path& dir) {
   return dir / "runs.log";
 }
 
-void write_reports(const fs::path& dir, const std::vector<eval::SampleRecord>& recs,
-                   const EvalOptions& o) {
+// Reports over the directory's records of this build's generators (older ones would mix
+// different samples under one cell).
+void write_reports(const fs::path& dir, const std::vector<eval::SampleRecord>& all) {
+  int64_t skipped = 0;
+  const std::vector<eval::SampleRecord> recs = eval::current_records(all, &skipped);
+  if (skipped > 0) {
+    log_warn("{}: {} sample(s) from another generator version are left out of the reports",
+             (dir / "samples.jsonl").string(), skipped);
+  }
   eval::ReportMeta meta;
   meta.generated_at = eval::utc_now_iso();
   {
@@ -132,8 +139,9 @@ void write_reports(const fs::path& dir, const std::vector<eval::SampleRecord>& r
       if (!line.empty()) meta.notes.push_back("Run: " + line);
     }
   }
-  meta.notes.push_back(fmt::format("{} samples in {}; greedy decoding; seed {}.", recs.size(),
-                                   (dir / "samples.jsonl").string(), o.seed));
+  meta.notes.push_back(fmt::format("{} samples in {} (generators {}); greedy decoding.",
+                                   recs.size(), (dir / "samples.jsonl").string(),
+                                   eval::generator_tag()));
   write_file(dir / "summary.json", summary_of(recs).dump(2) + "\n");
   write_file(dir / "summary.md", eval::markdown_report(recs, meta));
   write_file(dir / "report.html", eval::html_report(recs, meta));
@@ -242,9 +250,14 @@ int run(EvalOptions& o) {
     }
   }
   if (o.report_only) {
-    const std::vector<eval::SampleRecord>& recs = store->records();
-    if (recs.empty()) throw UserError("no samples in " + store->path() + " to report on");
-    write_reports(dir, recs, o);
+    int64_t older = 0;
+    const std::vector<eval::SampleRecord> recs = eval::current_records(store->records(), &older);
+    if (recs.empty()) {
+      throw UserError(fmt::format("no samples of generators {} in {} to report on{}",
+                                  eval::generator_tag(), store->path(),
+                                  older > 0 ? fmt::format(" ({} older ones)", older) : ""));
+    }
+    write_reports(dir, store->records());
     if (o.json) std::printf("%s\n", summary_of(recs).dump(-1).c_str());
     log_info("reports written to {}", dir.string());
     return 0;
@@ -351,7 +364,7 @@ int run(EvalOptions& o) {
   }
 
   if (o.prompts_only) return 0;
-  write_reports(dir, store->records(), o);
+  write_reports(dir, store->records());
   if (o.json) {
     std::printf("%s\n", summary_of(matrix_records).dump(-1).c_str());
   } else {

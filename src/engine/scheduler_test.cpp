@@ -12,23 +12,14 @@
 #include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/scheduler.h"
+#include "engine/engine_test_util.h"
 #include "gguf/test_models.h"
 
 namespace sieve {
 namespace {
 
-std::shared_ptr<const Model> smollm2() {
-  static std::shared_ptr<const Model> m = [] {
-    const std::string path = test_model_path("smollm2.gguf");
-    if (path.empty()) return std::shared_ptr<const Model>();
-    auto r = load_model(path);
-    return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
-  }();
-  return m;
-}
-
-// Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.
-bool short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
+std::shared_ptr<const Model> smollm2() { return test_smollm2(); }
+bool short_mode() { return test_short_mode(); }
 
 std::vector<int32_t> prompt_of(const Model& m, int i) {
   static const char* texts[] = {

@@ -137,13 +137,7 @@ RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode)
     : head_dim_(head_dim), half_(n_rot / 2), base_(base), mode_(mode) {
   lo_cos_.resize(1024 * static_cast<size_t>(half_));
   lo_sin_.resize(lo_cos_.size());
-  for (int p = 0; p < 1024; ++p) {
-    for (int i = 0; i < half_; ++i) {
-      const double a = p * std::pow(static_cast<double>(base), -2.0 * i / n_rot);
-      lo_cos_[p * half_ + i] = static_cast<float>(std::cos(a));
-      lo_sin_[p * half_ + i] = static_cast<float>(std::sin(a));
-    }
-  }
+  fill(lo_cos_.data(), lo_sin_.data(), 0, 1024, 1);
   reserve(1024);
 }
 
@@ -152,15 +146,18 @@ void RopeRotator::reserve(int64_t max_abs) {
   if (need <= n_hi_) return;
   hi_cos_.resize(need * half_);
   hi_sin_.resize(need * half_);
-  const int n_rot = 2 * half_;
-  for (int64_t h = n_hi_; h < need; ++h) {
+  fill(hi_cos_.data(), hi_sin_.data(), n_hi_, need, 1024);
+  n_hi_ = need;
+}
+
+void RopeRotator::fill(float* cs, float* sn, int64_t from, int64_t to, int64_t step) const {
+  for (int64_t r = from; r < to; ++r) {
     for (int i = 0; i < half_; ++i) {
-      const double a = static_cast<double>(h * 1024) * std::pow(static_cast<double>(base_), -2.0 * i / n_rot);
-      hi_cos_[h * half_ + i] = static_cast<float>(std::cos(a));
-      hi_sin_[h * half_ + i] = static_cast<float>(std::sin(a));
+      const double a = static_cast<double>(r * step) * std::pow(static_cast<double>(base_), -1.0 * i / half_);
+      cs[r * half_ + i] = static_cast<float>(std::cos(a));
+      sn[r * half_ + i] = static_cast<float>(std::sin(a));
     }
   }
-  n_hi_ = need;
 }
 
 void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {

@@ -32,6 +32,8 @@ class RopeRotator {
   float base() const { return base_; }
 
  private:
+  // rows [from, to) of a cos/sin table for positions row * step
+  void fill(float* cs, float* sn, int64_t from, int64_t to, int64_t step) const;
   int head_dim_, half_;
   float base_;
   RopeMode mode_;

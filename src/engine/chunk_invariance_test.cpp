@@ -20,15 +20,16 @@ TEST(Forward, PromptLogitsDoNotDependOnTheChunkSplit) {
   std::string text;
   for (int i = 0; i < 60; ++i) text += "Line " + std::to_string(i) + " of the keeper's log: the lamp was lit at dusk. ";
   std::vector<int32_t> prompt = model.tokenizer->encode(text, true, false);
-  prompt.resize(std::min<size_t>(prompt.size(), 400));
+  prompt.resize(std::min<size_t>(prompt.size(), 600));  // > kAttnSegment: decode splits
   ThreadPool pool(2);
   Generator gen(model, pool, 1024);
   auto a = gen.prompt_logits(prompt, 512);
   ASSERT_TRUE(a.ok());
   const int V = model.hp.n_vocab;
-  // (A chunk of one token takes the split-K decode path, whose merge order differs: not
-  // covered here.)
-  for (int chunk : {304, 97, 33}) {
+  // A chunk of one token takes the split-K decode path; it merges the same segments in the
+  // same order.
+  for (int chunk : {304, 97, 1}) {
+    if (chunk == 1 && std::getenv("SIEVE_TEST_SHORT")) continue;
     auto b = gen.prompt_logits(prompt, chunk);
     ASSERT_TRUE(b.ok());
     ASSERT_EQ(a->size(), b->size());

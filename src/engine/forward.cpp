@@ -173,12 +173,11 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       auto key_range = [&](int32_t k0, int32_t k1) {
         return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0} : KeySet{nullptr, 0, k0, k1};
       };
-      if (n_q == 1 && n_keys >= 256 && n_threads > 1) {
-        const int n_parts = std::min<int>(2 * n_threads, n_keys / 128);
-        for (int p = 0; p < n_parts; ++p) {
-          tasks.push_back({static_cast<int>(i), h, 0, 1, view,
-                           key_range(static_cast<int32_t>(int64_t(n_keys) * p / n_parts),
-                                     static_cast<int32_t>(int64_t(n_keys) * (p + 1) / n_parts)),
+      if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
+        // One task per attention segment: the merge order is attend()'s own, so a decode row
+        // equals the same row computed in a prefill chunk.
+        for (int32_t k0 = 0; k0 < n_keys; k0 += kAttnSegment) {
+          tasks.push_back({static_cast<int>(i), h, 0, 1, view, key_range(k0, std::min(n_keys, k0 + kAttnSegment)),
                            n_split_rows++});
         }
       } else {

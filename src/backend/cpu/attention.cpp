@@ -177,15 +177,37 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
   std::fill(m, m + n_rows, kNegInf);
   std::fill(l, l + n_rows, 0.0f);
 
+  // Keys are visited in tiles aligned to multiples of kTile of the key set, grouped into
+  // segments of kAttnSegment keys: each segment's softmax state starts fresh and is merged
+  // into the row's state in order. Split-K callers give each task whole segments and merge
+  // them in the same order, so a row's result is bitwise the same on either path.
+  thread_local std::vector<float> so, sm, sl;
+  so.resize(static_cast<size_t>(n_rows) * d);
+  sm.resize(n_rows);
+  sl.resize(n_rows);
   int32_t kpos[kTile];
   const int tokens_per_block = std::max(1, kBlockRows / G);
   for (int32_t t0 = 0; t0 < q.n_q; t0 += tokens_per_block) {
     const int32_t t1 = std::min(q.n_q, t0 + tokens_per_block);
+    const int64_t r0 = static_cast<int64_t>(t0) * G, r1 = static_cast<int64_t>(t1) * G;
+    auto flush = [&] {
+      for (int64_t r = r0; r < r1; ++r) {
+        merge_attn(o + r * d, m + r, l + r, so.data() + r * d, sm.data() + r, sl.data() + r, 1, d);
+      }
+      std::fill(so.begin() + r0 * d, so.begin() + r1 * d, 0.0f);
+      std::fill(sm.begin() + r0, sm.begin() + r1, kNegInf);
+      std::fill(sl.begin() + r0, sl.begin() + r1, 0.0f);
+    };
+    std::fill(so.begin() + r0 * d, so.begin() + r1 * d, 0.0f);
+    std::fill(sm.begin() + r0, sm.begin() + r1, kNegInf);
+    std::fill(sl.begin() + r0, sl.begin() + r1, 0.0f);
     const int32_t pmin = q.q_pos[t0], pmax = q.q_pos[t1 - 1];
     // Keys some row of the block can see: positions in (pmin - window, pmax].
     const int32_t first = q.window > 0 ? lower_bound_pos(kv, keys, pmin - q.window + 1) : 0;
     const int32_t last = lower_bound_pos(kv, keys, pmax + 1);
-    for (int32_t c0 = first; c0 < last; c0 += kTile) {
+    const int32_t start = first - first % kTile;
+    for (int32_t c0 = start; c0 < last; c0 += kTile) {
+      if (c0 > start && c0 % kAttnSegment == 0) flush();
       const int n = std::min<int32_t>(kTile, last - c0);
       for (int t = 0; t < n; ++t) {
         const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
@@ -205,15 +227,16 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
             mt = std::max(mt, s[t]);
           }
           if (mt == kNegInf) continue;
-          const float m_new = std::max(m[r], mt);
-          const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+          const float m_new = std::max(sm[r], mt);
+          const float alpha = sm[r] == kNegInf ? 0.0f : std::exp(sm[r] - m_new);
           const float sum = K.exp(s.data(), n, m_new);
-          l[r] = l[r] * alpha + sum;
-          K.accum(s.data(), vt.data(), n, d, alpha, o + r * d);
-          m[r] = m_new;
+          sl[r] = sl[r] * alpha + sum;
+          K.accum(s.data(), vt.data(), n, d, alpha, so.data() + r * d);
+          sm[r] = m_new;
         }
       }
     }
+    flush();
   }
   if (!m_out) normalize_attn(o, l, n_rows, d);
 }

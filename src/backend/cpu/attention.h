@@ -25,6 +25,10 @@ struct KvHeadView {
   int32_t position(int32_t j) const { return pos_pages ? pos_pages[j / page_size][j % page_size] : j; }
 };
 
+// Keys are reduced in segments of this many (positions in the key set, from its start);
+// callers that split keys across tasks must cut at multiples of it (see attend()).
+constexpr int32_t kAttnSegment = 512;
+
 struct AttnQuery {
   const float* q = nullptr;        // [n_q, n_group, head_dim] the query rows of one KV group
   const int32_t* q_pos = nullptr;  // [n_q] positions, ascending

@@ -154,3 +154,46 @@ TEST(RmsNorm, MatchesFormula) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// A row computed in one call (prefill path), computed within a block of other rows, and
+// computed as kAttnSegment-sized split-K parts merged in order (decode path) are bitwise
+// equal: what keeps greedy outputs independent of chunk splits and batching.
+TEST(Attend, PrefillRowEqualsSplitSegmentsBitwise) {
+  std::mt19937 rng(11);
+  const int d = 64, G = 3, n = 1700;
+  PagedHead kv(d, 16, n, rng);
+  std::normal_distribution<float> nd(0, 1);
+  // five query rows at the last five positions; the last row is the one compared
+  std::vector<float> q(5 * G * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> qpos(5);
+  for (int t = 0; t < 5; ++t) qpos[t] = kv.pos[n - 5 + t];
+  for (int32_t window : {0, 700}) {
+    std::vector<float> block(q.size());
+    attend(AttnQuery{q.data(), qpos.data(), 5, G, d, 0.125f, window}, kv.view(), KeySet{nullptr, 0, 0, n}, block.data());
+    const float* last_q = q.data() + 4 * G * d;
+    std::vector<float> alone(G * d);
+    attend(AttnQuery{last_q, &qpos[4], 1, G, d, 0.125f, window}, kv.view(), KeySet{nullptr, 0, 0, n}, alone.data());
+    std::vector<float> acc_o(G * d), acc_m(G), acc_l(G), po(G * d), pm(G), pl(G);
+    for (int32_t k0 = 0; k0 < n; k0 += kAttnSegment) {
+      AttnQuery aq{last_q, &qpos[4], 1, G, d, 0.125f, window};
+      attend(aq, kv.view(), KeySet{nullptr, 0, k0, std::min(n, k0 + kAttnSegment)}, po.data(), pm.data(), pl.data());
+      if (k0 == 0) {
+        acc_o = po, acc_m = pm, acc_l = pl;
+      } else {
+        merge_attn(acc_o.data(), acc_m.data(), acc_l.data(), po.data(), pm.data(), pl.data(), G, d);
+      }
+    }
+    normalize_attn(acc_o.data(), acc_l.data(), G, d);
+    for (int i = 0; i < G * d; ++i) {
+      ASSERT_EQ(block[4 * G * d + i], alone[i]) << "window " << window << " i " << i;
+      ASSERT_EQ(acc_o[i], alone[i]) << "window " << window << " i " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sieve

@@ -106,6 +106,26 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t
   }
 }
 
+namespace {
+
+// Rotates the RoPE pairs of n_heads vectors by the angles whose cos/sin are given per pair:
+// pairs (2i, 2i+1) in norm mode, (i, i + half) in neox mode.
+void rotate_pairs(float* x, int n_heads, int head_dim, int half, RopeMode mode, const float* cs,
+                  const float* sn) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int a = mode == RopeMode::norm ? 2 * i : i;
+      const int b = mode == RopeMode::norm ? 2 * i + 1 : i + half;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs[i] - x1 * sn[i];
+      v[b] = x0 * sn[i] + x1 * cs[i];
+    }
+  }
+}
+
+}  // namespace
+
 void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
           float base, RopeMode mode) {
   const int half = n_rot / 2;
@@ -120,16 +140,7 @@ void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim
       cs[i] = static_cast<float>(std::cos(ang));
       sn[i] = static_cast<float>(std::sin(ang));
     }
-    for (int h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
-      for (int i = 0; i < half; ++i) {
-        const int a = mode == RopeMode::norm ? 2 * i : i;
-        const int b = mode == RopeMode::norm ? 2 * i + 1 : i + half;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cs[i] - x1 * sn[i];
-        v[b] = x0 * sn[i] + x1 * cs[i];
-      }
-    }
+    rotate_pairs(x + t * n_heads * head_dim, n_heads, head_dim, half, mode, cs, sn);
   }
 }
 
@@ -172,16 +183,7 @@ void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {
     cs[i] = lc[i] * hc[i] - ls[i] * hs[i];
     sn[i] = sign * (ls[i] * hc[i] + lc[i] * hs[i]);
   }
-  for (int h = 0; h < n_heads; ++h) {
-    float* v = x + static_cast<int64_t>(h) * head_dim_;
-    for (int i = 0; i < half_; ++i) {
-      const int ia = mode_ == RopeMode::norm ? 2 * i : i;
-      const int ib = mode_ == RopeMode::norm ? 2 * i + 1 : i + half_;
-      const float x0 = v[ia], x1 = v[ib];
-      v[ia] = x0 * cs[i] - x1 * sn[i];
-      v[ib] = x0 * sn[i] + x1 * cs[i];
-    }
-  }
+  rotate_pairs(x, n_heads, head_dim_, half_, mode_, cs, sn);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

@@ -426,9 +426,7 @@ std::function<int()> setup(CLI::App& app) {
       ->check(CLI::Range(1.0, 1e6));
   app.add_flag("--report-only", o->report_only,
                "rebuild the reports from samples.jsonl without running");
-  app.add_flag("--no-prefix-cache", o->no_prefix_cache,
-               "recompute every prompt from scratch (outputs then depend on nothing but the "
-               "sample)");
+  app.add_flag("--no-prefix-cache", o->no_prefix_cache, "recompute every prompt from scratch");
   app.add_flag("--stop-newline", o->stop_newline,
                "stop each answer at its first line break (faster on CPU; recorded, and kept apart "
                "in reports)");

@@ -6,6 +6,8 @@
 #include <limits>
 #include <numeric>
 
+#include "sparse/topp.h"
+
 namespace sieve {
 namespace {
 
@@ -106,6 +108,12 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
                                  int32_t block) {
   if (n <= 0) return {};
   block = std::max(block, 1);
+  if (p > 0.0f && block == 1) {  // token granularity: the sort-free selection (topp.h)
+    std::vector<int32_t> out;
+    TopPScratch scratch;
+    top_p_select(score, n, TopPParams{p, min_keep, k > 0 ? k : 0}, out, scratch);
+    return out;
+  }
   const int32_t n_blocks = (n + block - 1) / block;
   std::vector<float> bscore;
   const float* s = score;

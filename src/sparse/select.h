@@ -31,6 +31,7 @@ void max_pool_scores(const float* in, int32_t n, int32_t w, float* out);
 // block > 1 ranks blocks of `block` consecutive tokens by their summed score and keeps
 // whole blocks while the token budget allows (the last block may be partial). Scores must
 // be >= 0 for top-p. Returns ascending indices. Ties break towards the lower index.
+// Token-granularity top-p is the sort-free radix selection of topp.h (same set).
 std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p, int32_t min_keep,
                                  int32_t block);
 

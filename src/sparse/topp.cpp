@@ -1,0 +1,191 @@
+#include "sparse/topp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace sieve {
+
+uint32_t topp_key(float f) {
+  if (f == 0.0f) f = 0.0f;  // -0 ranks with +0, as float comparison has it
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+namespace {
+
+inline double mass_of(float s) { return s > 0.0f ? static_cast<double>(s) : 0.0; }
+
+constexpr int kBins = 256;
+
+// One level's histogram over 8 bits of the key.
+struct Histogram {
+  int32_t count[kBins];
+  double mass[kBins];
+  void clear() {
+    std::fill(count, count + kBins, 0);
+    std::fill(mass, mass + kBins, 0.0);
+  }
+};
+
+// Where the radix descent stands: the tokens above the chosen bins so far (their key prefix
+// is larger) and what they weigh.
+struct Descent {
+  bool by_mass = true;
+  double target = 0;   // mass mode
+  int32_t k = 0;       // count mode
+  double acc_mass = 0;
+  int32_t acc_count = 0;
+
+  // The bin (scanning down) in which the running total crosses the target; the bins above
+  // it are added to acc. In mass mode rounding can leave the target a hair out of reach of
+  // this level's sums (they are not added in the order of the level above): then the
+  // lowest non-empty bin is taken whole, as deeper levels will also do.
+  int pick(const Histogram& h) {
+    int last = -1;
+    for (int b = kBins - 1; b >= 0; --b) {
+      if (h.count[b] == 0) continue;
+      if (by_mass ? acc_mass + h.mass[b] >= target : acc_count + h.count[b] >= k) return b;
+      acc_mass += h.mass[b];
+      acc_count += h.count[b];
+      last = b;
+    }
+    acc_mass -= h.mass[last];
+    acc_count -= h.count[last];
+    return last;
+  }
+};
+
+// The radix descent itself: mass mode (p > 0) or count mode (k). Returns count = -1 in mass
+// mode when the total is zero (the caller decides).
+TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc) {
+  TopPCut cut;
+  Histogram h;
+  h.clear();
+  for (int32_t j = 0; j < n; ++j) {
+    const uint32_t b = topp_key(s[j]) >> 24;
+    h.count[b]++;
+    h.mass[b] += mass_of(s[j]);
+  }
+  for (int b = 0; b < kBins; ++b) cut.total += h.mass[b];
+  Descent d;
+  d.by_mass = p > 0;
+  if (d.by_mass) {
+    if (!(cut.total > 0)) {
+      cut.count = -1;
+      return cut;
+    }
+    d.target = std::min(p, 1.0) * cut.total * (1.0 - kTopPSlack);
+  } else {
+    d.k = k;
+  }
+  const int b1 = d.pick(h);
+  std::vector<int32_t>& cand = sc.cand;
+  cand.clear();
+  for (int32_t j = 0; j < n; ++j) {
+    if ((topp_key(s[j]) >> 24) == static_cast<uint32_t>(b1)) cand.push_back(j);
+  }
+  for (int shift = 16; shift >= 0 && cand.size() > 1; shift -= 8) {
+    h.clear();
+    for (int32_t j : cand) {
+      const uint32_t b = (topp_key(s[j]) >> shift) & 0xFFu;
+      h.count[b]++;
+      h.mass[b] += mass_of(s[j]);
+    }
+    const uint32_t b = static_cast<uint32_t>(d.pick(h));
+    sc.next.clear();
+    for (int32_t j : cand) {
+      if (((topp_key(s[j]) >> shift) & 0xFFu) == b) sc.next.push_back(j);
+    }
+    cand.swap(sc.next);
+  }
+  // cand: the tokens with the threshold key, all equal, in index order.
+  cut.key = topp_key(s[cand.front()]);
+  for (int32_t j : cand) {
+    if (d.by_mass ? d.acc_mass >= d.target : d.acc_count >= d.k) break;
+    d.acc_mass += mass_of(s[j]);
+    d.acc_count++;
+    cut.n_ties++;
+  }
+  cut.count = d.acc_count;
+  cut.mass = d.acc_mass;
+  return cut;
+}
+
+TopPCut all_or_none(const float* s, int32_t n, bool all) {
+  TopPCut cut;
+  for (int32_t j = 0; j < n; ++j) cut.total += mass_of(s[j]);
+  if (all) {
+    cut.count = n;
+    cut.mass = cut.total;
+    cut.key = 0;
+    cut.n_ties = n;  // emit_cut takes everything when count == n
+  } else {
+    cut.key = std::numeric_limits<uint32_t>::max();
+  }
+  return cut;
+}
+
+}  // namespace
+
+TopPCut top_k_cut(const float* score, int32_t n, int32_t k, TopPScratch& scratch) {
+  n = std::max(n, 0);
+  k = std::clamp(k, 0, n);
+  if (k == 0 || k == n) return all_or_none(score, n, k == n && n > 0);
+  return descend(score, n, 0.0, k, scratch);
+}
+
+TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPScratch& scratch) {
+  if (n <= 0) return TopPCut{};
+  const int32_t cap = params.max_keep > 0 ? std::min(params.max_keep, n) : n;
+  const int32_t floor = std::clamp(params.min_keep, 0, n);
+  if (!(params.p > 0.0f)) return top_k_cut(score, n, std::min(floor, cap), scratch);
+  TopPCut cut = descend(score, n, params.p, 0, scratch);
+  const int32_t m = cut.count < 0 ? n : cut.count;
+  const int32_t want = std::min(std::max(m, floor), cap);
+  if (cut.count == want) return cut;
+  const double total = cut.total;
+  cut = top_k_cut(score, n, want, scratch);
+  cut.total = total;
+  return cut;
+}
+
+void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int32_t>& out) {
+  out.clear();
+  if (cut.count <= 0 || n <= 0) return;
+  out.reserve(cut.count);
+  if (cut.count >= n) {
+    for (int32_t j = 0; j < n; ++j) out.push_back(j);
+    return;
+  }
+  int32_t ties = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    const uint32_t u = topp_key(score[j]);
+    if (u > cut.key || (u == cut.key && ties++ < cut.n_ties)) out.push_back(j);
+  }
+}
+
+void top_p_select(const float* score, int32_t n, const TopPParams& params, std::vector<int32_t>& out,
+                  TopPScratch& scratch) {
+  emit_cut(score, n, top_p_cut(score, n, params, scratch), out);
+}
+
+std::vector<int32_t> top_p_select(std::span<const float> score, const TopPParams& params) {
+  TopPScratch sc;
+  std::vector<int32_t> out;
+  top_p_select(score.data(), static_cast<int32_t>(score.size()), params, out, sc);
+  return out;
+}
+
+void top_p_select_logits(const float* logits, int32_t n, float scale, const TopPParams& params,
+                         std::vector<int32_t>& out, TopPScratch& scratch) {
+  scratch.mass.resize(std::max(n, 0));
+  float m = -std::numeric_limits<float>::infinity();
+  for (int32_t j = 0; j < n; ++j) m = std::max(m, scale * logits[j]);
+  for (int32_t j = 0; j < n; ++j) scratch.mass[j] = std::exp(scale * logits[j] - m);
+  top_p_select(scratch.mass.data(), n, params, out, scratch);
+}
+
+}  // namespace sieve

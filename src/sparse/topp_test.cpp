@@ -1,0 +1,247 @@
+// Sort-free top-p against a plain sort-based reference: the same set (ties to the lower
+// index) on random vectors of awkward shapes and on real attention rows of SmolLM2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "sparse/select.h"
+#include "sparse/topp.h"
+
+namespace sieve {
+namespace {
+
+// The definition in topp.h, by sorting: (score desc, index asc), the smallest prefix whose
+// mass reaches the target, then floor and cap.
+std::vector<int32_t> reference_top_p(const std::vector<float>& s, const TopPParams& prm) {
+  const int32_t n = static_cast<int32_t>(s.size());
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+  double total = 0;
+  for (float x : s) total += std::max(0.0f, x);
+  int32_t m = n;
+  if (total > 0 && prm.p > 0) {
+    const double target = std::min(double{prm.p}, 1.0) * total * (1.0 - kTopPSlack);
+    double acc = 0;
+    m = 0;
+    while (m < n && acc < target) acc += std::max(0.0f, s[order[m++]]);
+  } else if (!(prm.p > 0)) {
+    m = 0;
+  }
+  const int32_t cap = prm.max_keep > 0 ? std::min(prm.max_keep, n) : n;
+  const int32_t want = std::min(std::max(m, std::min(prm.min_keep, n)), cap);
+  order.resize(want);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+double mass_of(const std::vector<float>& s, const std::vector<int32_t>& idx) {
+  double m = 0;
+  for (int32_t j : idx) m += std::max(0.0f, s[j]);
+  return m;
+}
+
+// Compares with the reference and checks the set reaches the mass.
+void expect_matches(const std::vector<float>& s, const TopPParams& prm, const std::string& what) {
+  const std::vector<int32_t> got = top_p_select(s, prm);
+  const std::vector<int32_t> ref = reference_top_p(s, prm);
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  EXPECT_EQ(got, ref) << what;
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << what;
+  double total = 0;
+  for (float x : s) total += std::max(0.0f, x);
+  const bool capped = prm.max_keep > 0 && static_cast<int32_t>(got.size()) == prm.max_keep;
+  if (total > 0 && prm.p > 0 && !capped) {
+    EXPECT_GE(mass_of(s, got), prm.p * total * (1 - kTopPSlack)) << what;
+  }
+}
+
+enum class Dist { uniform, power_law, ties, all_equal, sparse_zeros, softmax_peaked };
+
+std::vector<float> make_scores(Dist dist, int32_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> s(n);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  switch (dist) {
+    case Dist::uniform:
+      for (float& x : s) x = u(rng);
+      break;
+    case Dist::power_law:  // Pareto tail: a few tokens carry most of the mass
+      for (float& x : s) x = std::pow(1.0f - u(rng) * 0.999999f, -2.5f);
+      break;
+    case Dist::ties:
+      for (float& x : s) x = static_cast<float>(rng() % 7) * 0.125f;
+      break;
+    case Dist::all_equal:
+      std::fill(s.begin(), s.end(), 0.3f);
+      break;
+    case Dist::sparse_zeros:  // mostly zero mass, a few negatives
+      for (float& x : s) {
+        const uint32_t r = rng() % 10;
+        x = r < 6 ? 0.0f : r < 7 ? -u(rng) : u(rng) * 1e-3f;
+      }
+      break;
+    case Dist::softmax_peaked: {
+      std::normal_distribution<float> nd(0.0f, 4.0f);
+      float m = -1e30f;
+      for (float& x : s) m = std::max(m, x = nd(rng));
+      double t = 0;
+      for (float& x : s) t += x = std::exp(x - m);
+      for (float& x : s) x = static_cast<float>(x / t);
+      break;
+    }
+  }
+  return s;
+}
+
+TEST(TopP, MatchesSortReferenceOnRandomVectors) {
+  const Dist dists[] = {Dist::uniform, Dist::power_law, Dist::ties, Dist::all_equal, Dist::sparse_zeros,
+                        Dist::softmax_peaked};
+  const int32_t sizes[] = {1, 2, 3, 17, 97, 256, 257, 1000, 4099, 65537};
+  const float ps[] = {1e-6f, 0.01f, 0.5f, 0.9f, 0.95f, 0.999f, 1.0f};
+  uint32_t seed = 1;
+  for (Dist d : dists) {
+    for (int32_t n : sizes) {
+      const std::vector<float> s = make_scores(d, n, seed++);
+      for (float p : ps) {
+        TopPParams prm;
+        prm.p = p;
+        expect_matches(s, prm, "dist " + std::to_string(static_cast<int>(d)) + " n " + std::to_string(n) +
+                                   " p " + std::to_string(p));
+      }
+    }
+  }
+}
+
+TEST(TopP, FloorAndCap) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 3000);
+    const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 100 + trial);
+    TopPParams prm;
+    prm.p = (rng() % 1000) / 1000.0f + 0.0005f;
+    prm.min_keep = static_cast<int32_t>(rng() % (n + 5));
+    prm.max_keep = trial % 3 == 0 ? 0 : static_cast<int32_t>(rng() % (n + 5));
+    if (prm.max_keep > 0 && prm.max_keep < prm.min_keep) std::swap(prm.max_keep, prm.min_keep);
+    expect_matches(s, prm, "trial " + std::to_string(trial));
+  }
+}
+
+TEST(TopP, SmallCasesByHand) {
+  const std::vector<float> s = {0.05f, 0.5f, 0.1f, 0.3f, 0.05f};
+  auto pick = [&](float p, int32_t lo, int32_t hi) { return top_p_select(s, TopPParams{p, lo, hi}); };
+  EXPECT_EQ(pick(0.5f, 0, 0), (std::vector<int32_t>{1}));
+  EXPECT_EQ(pick(0.8f, 0, 0), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(pick(0.85f, 0, 0), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(pick(1.0f, 0, 0), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(pick(0.5f, 3, 0), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(pick(0.99f, 0, 2), (std::vector<int32_t>{1, 3}));
+  // the tie between 0 and 4 goes to the lower index
+  EXPECT_EQ(pick(0.92f, 0, 0), (std::vector<int32_t>{0, 1, 2, 3}));
+  // n = 1 and an empty vector
+  EXPECT_EQ(top_p_select(std::vector<float>{2.0f}, TopPParams{0.1f, 0, 0}), (std::vector<int32_t>{0}));
+  EXPECT_TRUE(top_p_select(std::vector<float>{}, TopPParams{0.9f, 0, 0}).empty());
+  // all zero: no mass to rank by, the cap decides
+  const std::vector<float> z(10, 0.0f);
+  EXPECT_EQ(top_p_select(z, TopPParams{0.9f, 0, 4}).size(), 4u);
+  EXPECT_EQ(top_p_select(z, TopPParams{0.9f, 0, 0}).size(), 10u);
+}
+
+TEST(TopP, CutDescribesTheSet) {
+  const std::vector<float> s = make_scores(Dist::power_law, 5000, 3);
+  TopPScratch sc;
+  const TopPCut cut = top_p_cut(s.data(), 5000, TopPParams{0.9f, 0, 0}, sc);
+  std::vector<int32_t> out;
+  emit_cut(s.data(), 5000, cut, out);
+  EXPECT_EQ(static_cast<int32_t>(out.size()), cut.count);
+  EXPECT_NEAR(mass_of(s, out), cut.mass, 1e-9 * cut.total);
+  EXPECT_GE(cut.mass, 0.9 * cut.total * (1 - kTopPSlack));
+  // removing the lightest selected token falls short of the target: minimal
+  float lightest = 1e30f;
+  for (int32_t j : out) lightest = std::min(lightest, s[j]);
+  EXPECT_LT(cut.mass - lightest, 0.9 * cut.total * (1 - kTopPSlack));
+}
+
+TEST(TopP, TopKCutIsExactTopK) {
+  std::mt19937 rng(5);
+  TopPScratch sc;
+  for (int trial = 0; trial < 100; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 2000), k = static_cast<int32_t>(rng() % (n + 2));
+    const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 500 + trial);
+    std::vector<int32_t> ref(n);
+    std::iota(ref.begin(), ref.end(), 0);
+    std::stable_sort(ref.begin(), ref.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    ref.resize(std::min(k, n));
+    std::sort(ref.begin(), ref.end());
+    std::vector<int32_t> got;
+    emit_cut(s.data(), n, top_k_cut(s.data(), n, k, sc), got);
+    EXPECT_EQ(got, ref) << "trial " << trial;
+  }
+}
+
+TEST(TopP, LogitsEqualTheSoftmaxMasses) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(3001);
+  for (float& x : logits) x = nd(rng);
+  const float scale = 0.125f;
+  std::vector<float> prob(logits.size());
+  for (size_t j = 0; j < logits.size(); ++j) prob[j] = std::exp(scale * logits[j]);
+  TopPScratch sc;
+  std::vector<int32_t> got;
+  top_p_select_logits(logits.data(), 3001, scale, TopPParams{0.9f, 0, 0}, got, sc);
+  EXPECT_EQ(got, reference_top_p(sc.mass, TopPParams{0.9f, 0, 0}));
+  // the same tokens as the top-|got| logits
+  std::vector<int32_t> ref(logits.size());
+  std::iota(ref.begin(), ref.end(), 0);
+  std::stable_sort(ref.begin(), ref.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  ref.resize(got.size());
+  std::sort(ref.begin(), ref.end());
+  EXPECT_EQ(got, ref);
+}
+
+// Real attention rows (tests/fixtures/attention_rows_smollm2.txt, written by
+// `sieve calibrate --dump-rows`): one line per row, "layer head n" then n probabilities.
+TEST(TopP, MatchesSortReferenceOnRealAttentionRows) {
+  std::ifstream in(std::string(SIEVE_SOURCE_DIR) + "/tests/fixtures/attention_rows_smollm2.txt");
+  ASSERT_TRUE(in) << "missing fixture";
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    int layer = 0, head = 0, n = 0;
+    ls >> layer >> head >> n;
+    std::vector<float> s(n);
+    for (float& x : s) ls >> x;
+    ASSERT_TRUE(ls) << "row " << rows;
+    for (float p : {0.5f, 0.9f, 0.95f, 0.99f}) {
+      expect_matches(s, TopPParams{p, 0, 0}, "layer " + std::to_string(layer) + " head " + std::to_string(head));
+      expect_matches(s, TopPParams{p, 16, 256}, "capped layer " + std::to_string(layer));
+    }
+    ++rows;
+  }
+  EXPECT_GE(rows, 4);
+}
+
+// pick_tokens' top-p (token granularity) is this selection.
+TEST(TopP, PickTokensUsesIt) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 3000);
+    const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 900 + trial);
+    const TopPParams prm{0.05f + (rng() % 95) / 100.0f, static_cast<int32_t>(rng() % 50),
+                         trial % 2 ? 0 : 1 + static_cast<int32_t>(rng() % n)};
+    EXPECT_EQ(pick_tokens(s.data(), n, prm.max_keep, prm.p, prm.min_keep, 1), reference_top_p(s, prm))
+        << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace sieve

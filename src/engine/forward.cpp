@@ -16,7 +16,7 @@ Forward::Forward(const Model& model, ThreadPool& pool, KvStore& kv, const Sketch
 Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   const ModelHParams& hp = model_.hp;
   const ModelWeights& w = model_.w;
-  int64_t n_tok = 0;
+  int64_t n_tok = 0;  // rows of the batch (UniPrefill drops shrink it layer by layer)
   entry_offset_.clear();
   for (const BatchEntry& e : batch) {
     if (e.tokens.empty()) return make_error("forward: an entry of the batch has no tokens");
@@ -41,6 +41,10 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   }
 
   batch_ = batch;
+  n_rows_.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) n_rows_[i] = static_cast<int32_t>(batch[i].tokens.size());
+  SIEVE_TRY(uniprefill_begin(batch));
+  layer_rows_.assign(hp.n_layer, 0);
   const int64_t E = hp.n_embd;
   h_.resize(n_tok * E);
   x_.resize(n_tok * E);
@@ -75,6 +79,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
 
   for (int il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& L = w.layers[il];
+    layer_rows_[il] = n_tok;
     rms_norm(h_.data(), L.attn_norm, hp.rms_eps, n_tok, E, x_.data());
     // q, k and v share their input: one activation conversion, one thread-pool job.
     const MatmulTarget qkv[3] = {{L.wq, q_.data()}, {L.wk, k_.data()}, {L.wv, v_.data()}};
@@ -88,8 +93,9 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     for (size_t i = 0; i < batch.size(); ++i) {
       const BatchEntry& e = batch[i];
       const int64_t off = entry_offset_[i];
-      const int32_t first = kv_.stream_len(e.seq, il) - static_cast<int32_t>(e.tokens.size());
-      for (size_t t = 0; t < e.tokens.size(); ++t) {
+      if (n_rows_[i] < static_cast<int32_t>(e.tokens.size())) SIEVE_TRY(evict_dropped(il, i));
+      const int32_t first = kv_.stream_len(e.seq, il) - n_rows_[i];
+      for (int32_t t = 0; t < n_rows_[i]; ++t) {
         const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
         f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim(), row.k_f16(), hp.kv_dim());
         f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), row.v_f16(), hp.kv_dim());
@@ -97,6 +103,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     }
     write_sketches(il, batch);
     if (observer_) observer_->on_layer(il, batch, q_.data(), pos_.data(), kv_);
+    n_tok = uniprefill_select(il, n_tok);
     attention_layer(il, batch);
     matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
     if (hp.post_norms) rms_norm(tmp_.data(), L.post_attn_norm, hp.rms_eps, n_tok, E, tmp_.data());
@@ -119,7 +126,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   // Logits only for the rows asked for.
   std::vector<int64_t> rows;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const int64_t off = entry_offset_[i], n = static_cast<int64_t>(batch[i].tokens.size());
+    const int64_t off = entry_offset_[i], n = n_rows_[i];  // UniPrefill always keeps the last row
     if (batch[i].all_logits) {
       for (int64_t t = 0; t < n; ++t) rows.push_back(off + t);
     } else {
@@ -156,14 +163,14 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   const int n_threads = pool_.size();
   int n_split_rows = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const int32_t n_q = static_cast<int32_t>(batch[i].tokens.size());
+    const int32_t n_q = n_rows_[i];
     for (int h = 0; h < hp.n_head_kv; ++h) {
       views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, il), h);
     }
     EntryPlan& plan = plans_[i];
     plan.active = false;
     plan.compact = false;
-    if (batch[i].sparse && window == 0) {
+    if (batch[i].sparse && window == 0 && !batch[i].sparse->policy().dense_attention()) {
       plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
     }
     for (int h = 0; h < hp.n_head_kv; ++h) {
@@ -203,7 +210,6 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     std::vector<int32_t> cpos;
     for (size_t ti = next++; ti < tasks.size(); ti = next++) {
       const Task& tk = tasks[ti];
-      const BatchEntry& e = batch[tk.entry];
       const int64_t off = entry_offset_[tk.entry];
       const int32_t nq = tk.t1 - tk.t0;
       // gather the group's query rows: [nq, G, d]
@@ -217,7 +223,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       if (plan.compact) {
         // The chunk's own tokens are the last n_q keys of the gathered set.
         const int32_t n_sel = plan.views[tk.kv_head].n_tokens;
-        const int32_t n_q_all = static_cast<int32_t>(e.tokens.size());
+        const int32_t n_q_all = n_rows_[tk.entry];
         cpos.resize(nq);
         for (int32_t t = 0; t < nq; ++t) {
           cpos[t] = n_sel - n_q_all + tk.t0 + t;

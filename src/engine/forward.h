@@ -57,6 +57,11 @@ class Forward {
 
   const Model& model() const { return model_; }
   void set_observer(AttentionObserver* o) { observer_ = o; }
+  // Rows of entry i computed in the current layer (its chunk size unless UniPrefill dropped
+  // tokens; observers see the rows of an entry at its offset in the current batch layout).
+  int32_t n_rows(size_t entry) const { return n_rows_[entry]; }
+  // Batch rows each layer computed in the last run (UniPrefill's savings; tests).
+  std::span<const int64_t> layer_rows() const { return layer_rows_; }
 
  private:
   void attention_layer(int layer, std::span<const BatchEntry> batch);
@@ -73,6 +78,19 @@ class Forward {
   };
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
   void write_sketches(int layer, std::span<const BatchEntry> batch);
+  // UniPrefill (forward_uniprefill.cpp). Per entry: the selection layers of this step and
+  // the chunk-relative indices of the rows still computed.
+  struct DropState {
+    std::vector<int32_t> layers;  // empty: the entry drops nothing this step
+    std::vector<int32_t> live;    // [n_rows] ascending chunk indices
+  };
+  Status uniprefill_begin(std::span<const BatchEntry> batch);
+  // Layers after a drop: removes the chunk tokens the entry dropped from the layer's stream.
+  Status evict_dropped(int layer, size_t entry);
+  // At a selection layer (K/V written): rates, keeps, and compacts the batch rows. Returns
+  // the new row count.
+  int64_t uniprefill_select(int layer, int64_t n_tok);
+  void uniprefill_importance(int layer, size_t entry, std::vector<float>& importance);
   // The RoPE rotator of a layer's base (compact positions), with offsets up to max_abs ready.
   const RopeRotator& rotator(int layer, int64_t max_abs);
 
@@ -89,7 +107,10 @@ class Forward {
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;
   std::vector<int32_t> pos_;
-  std::vector<int64_t> entry_offset_;  // first token of each entry in the batch
+  std::vector<int64_t> entry_offset_;  // first row of each entry in the batch
+  std::vector<int32_t> n_rows_;        // rows of each entry in the batch
+  std::vector<DropState> drop_;
+  std::vector<int64_t> layer_rows_;
   std::span<const BatchEntry> batch_;  // the step being run
 };
 

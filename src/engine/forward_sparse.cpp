@@ -32,8 +32,8 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
   const int32_t ds = sketch_->spec().dim;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
-    const int32_t first = kv_.stream_len(e.seq, il) - static_cast<int32_t>(e.tokens.size());
-    for (size_t t = 0; t < e.tokens.size(); ++t) {
+    const int32_t first = kv_.stream_len(e.seq, il) - n_rows_[i];
+    for (int32_t t = 0; t < n_rows_[i]; ++t) {
       const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
       const float* k = k_.data() + (entry_offset_[i] + static_cast<int64_t>(t)) * hp.kv_dim();
       for (int32_t h = 0; h < hp.n_head_kv; ++h) {
@@ -64,7 +64,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   const PolicyConfig& P = sp.policy();
   const ModelHParams& hp = model_.hp;
   const int32_t d = hp.head_dim, G = hp.n_gqa(), H = hp.n_head, Hkv = hp.n_head_kv;
-  const int32_t n_q = static_cast<int32_t>(e.tokens.size());
+  const int32_t n_q = n_rows_[ei];
   const int32_t n_keys = views[0].n_tokens;
   const int32_t n_prefix = n_keys - n_q;
   SparseLayerState& L = sp.layer(il);

@@ -94,6 +94,7 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   if (const SketchSpec want = sketch_spec_for(policy, model_.hp); want.dim > 0 && !(want == sketch_->spec())) {
     make_store(want);
   }
+  SIEVE_TRY(check_uniprefill_layers(policy, model_.hp));
   std::unique_ptr<SparseSeq> sparse;
   if (!policy.is_dense()) sparse = std::make_unique<SparseSeq>(policy, model_.hp);
   st.policy = policy.describe();
@@ -104,8 +105,8 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
 
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  SIEVE_TRY(prefill(added->seq, prompt, opt.n_batch, false, opt.on_prefill_progress, logits, nullptr,
-                    sparse.get()));
+  const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
+  SIEVE_TRY(prefill(added->seq, prompt, n_batch, false, opt.on_prefill_progress, logits, nullptr, sparse.get()));
   st.prefill_ms = ms_since(t0);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
 

@@ -75,6 +75,8 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
     r->policy = resolve_auto(base, r->n_prompt);
     if (Status s2 = check_sketch_compatible(r->policy, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}); !s2) {
       err = s2.message();
+    } else if (Status s3 = check_uniprefill_layers(r->policy, model_.hp); !s3) {
+      err = s3.message();
     }
   }
   if (err.empty()) {
@@ -290,7 +292,13 @@ bool Scheduler::step() {
       const int32_t pending = static_cast<int32_t>(r.tokens.size()) - have;
       if (pending <= 0 || budget <= 0) continue;
       if ((pass == 0) != (pending == 1)) continue;
-      const int32_t n = std::min({pending, budget, cfg_.prefill_chunk});
+      int32_t n = std::min({pending, budget, cfg_.prefill_chunk});
+      // A UniPrefill prompt goes in one chunk of up to up_chunk tokens (its importance comes
+      // from the prompt's last tokens): it may overrun this step's token budget, and the
+      // decodes planned before it still ride along.
+      if (pass == 1 && r.sparse && r.sparse->policy().drops_prefill()) {
+        n = std::min(pending, prefill_chunk_for(r.sparse->policy(), r.n_prompt, cfg_.prefill_chunk));
+      }
       items.push_back({&r, have, n});
       budget -= n;
     }

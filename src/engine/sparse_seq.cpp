@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sparse/select.h"
+#include "sparse/uniprefill.h"
 
 namespace sieve {
 
@@ -105,6 +106,20 @@ Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHPa
     sp.stats.tokens_evicted += static_cast<int64_t>(drop.size());
   }
   return {};
+}
+
+Status check_uniprefill_layers(const PolicyConfig& p, const ModelHParams& hp) {
+  if (!p.drops_prefill()) return {};
+  std::vector<uint8_t> full(hp.n_layer);
+  for (int l = 0; l < hp.n_layer; ++l) full[l] = hp.layer_kind[l] == LayerKind::full;
+  auto layers = uniprefill_layers(p, full);
+  if (!layers) return layers.error();
+  return {};
+}
+
+int32_t prefill_chunk_for(const PolicyConfig& p, int64_t prompt_tokens, int32_t n_batch) {
+  if (!p.drops_prefill() || prompt_tokens < p.up_min_prompt) return n_batch;
+  return std::max(n_batch, p.up_chunk);
 }
 
 }  // namespace sieve

@@ -59,6 +59,14 @@ SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp);
 // Checks that the store's sketch keys can serve the policy; the error says what to change.
 Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have);
 
+// The policy's UniPrefill selection layers exist and attend fully in this model (a clear
+// error otherwise); nothing to check for policies that do not drop prefill tokens.
+Status check_uniprefill_layers(const PolicyConfig& p, const ModelHParams& hp);
+// The prefill chunk a policy wants for a prompt of n tokens: UniPrefill prefills a long
+// prompt in one chunk of up to up_chunk tokens (its importance comes from the prompt's last
+// tokens, so chunks only ever select among their own tokens), other policies use n_batch.
+int32_t prefill_chunk_for(const PolicyConfig& p, int64_t prompt_tokens, int32_t n_batch);
+
 // Between steps: evicts tokens of every full-attention stream that exceeds the policy's
 // budget (h2o / stca), compacting the importance alongside; counts them in sp.stats.
 Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHParams& hp);

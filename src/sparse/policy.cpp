@@ -13,7 +13,7 @@ namespace sieve {
 namespace {
 
 constexpr std::string_view k_presets[] = {"auto", "dense", "streaming", "quest", "h2o",
-                                          "tokenselect", "sketch", "stca"};
+                                          "tokenselect", "sketch", "stca", "uniprefill"};
 
 // The auto policy's sparse preset, chosen from bench/RESULTS.md (issue 6 measurements).
 constexpr std::string_view k_auto_preset = "tokenselect";
@@ -35,7 +35,8 @@ constexpr EnumName<MemoryKind> k_memories[] = {
     {MemoryKind::keep, "keep"}, {MemoryKind::evict_h2o, "h2o"}, {MemoryKind::evict_stca, "stca"}};
 constexpr EnumName<PositionMode> k_positions[] = {
     {PositionMode::auto_, "auto"}, {PositionMode::original, "original"}, {PositionMode::compact, "compact"}};
-constexpr EnumName<PrefillMode> k_prefills[] = {{PrefillMode::dense, "dense"}, {PrefillMode::chunk, "chunk"}};
+constexpr EnumName<PrefillMode> k_prefills[] = {
+    {PrefillMode::dense, "dense"}, {PrefillMode::chunk, "chunk"}, {PrefillMode::uniprefill, "uniprefill"}};
 
 template <class E, size_t N>
 std::string_view enum_name(const EnumName<E> (&table)[N], E v) {
@@ -92,6 +93,39 @@ Status parse_bool(std::string_view key, std::string_view value, bool& out) {
   return {};
 }
 
+// "auto" (empty) or ascending, distinct layer indices "7,11,15".
+Status parse_layer_list(std::string_view key, std::string_view value, std::vector<int32_t>& out) {
+  std::vector<int32_t> layers;
+  if (value != "auto") {
+    size_t b = 0;
+    while (b <= value.size()) {
+      const size_t e = std::min(value.find(',', b), value.size());
+      std::string_view item = value.substr(b, e - b);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      int32_t l = 0;
+      Status st = parse_int(key, item, 0, 4095, l);
+      if (!st.ok()) {
+        return make_error("policy knob {}: '{}' is not 'auto' or a comma-separated list of layer indices", key, value);
+      }
+      if (!layers.empty() && l <= layers.back()) {
+        return make_error("policy knob {}: layers must ascend without repeats ('{}')", key, value);
+      }
+      layers.push_back(l);
+      b = e + 1;
+    }
+  }
+  out = std::move(layers);
+  return {};
+}
+
+std::string layer_list_text(const std::vector<int32_t>& layers) {
+  if (layers.empty()) return "auto";
+  std::string s;
+  for (int32_t l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return s;
+}
+
 struct Knob {
   KnobInfo info;
   std::function<Status(PolicyConfig&, std::string_view key, std::string_view)> set;
@@ -117,7 +151,7 @@ const std::vector<Knob>& knobs() {
       {{"positions", "auto (compact beyond the trained context), original, compact"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_positions, k, v, p.positions); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_positions, p.positions)); }},
-      {{"prefill", "prefill attention: dense, chunk (one selection per chunk's mean query)"},
+      {{"prefill", "prefill: dense, chunk (one selection per chunk's mean query), uniprefill (token dropping)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_prefills, k, v, p.prefill); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_prefills, p.prefill)); }},
       {{"top_k", "selected tokens besides sinks and window (0: none; a cap under top_p)"},
@@ -179,6 +213,30 @@ const std::vector<Knob>& knobs() {
       {{"min_context", "context length below which attention is dense (0 = sinks + top_k + local)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.min_context); },
        [](const PolicyConfig& p) { return std::to_string(p.min_context); }},
+      {{"up_layers", "uniprefill: selection layers, comma-separated (auto: every full-attention layer of a hybrid, else a spaced schedule)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_layer_list(k, v, p.up_layers); },
+       [](const PolicyConfig& p) { return layer_list_text(p.up_layers); }},
+      {{"up_queries", "uniprefill: last prompt tokens whose attention rates every token (n)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, 65536, p.up_queries); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_queries); }},
+      {{"up_block", "uniprefill: tokens per kept-or-dropped block (G)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, 65536, p.up_block); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_block); }},
+      {{"up_p", "uniprefill: kept blocks are the smallest set reaching this importance mass"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.up_p); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.up_p); }},
+      {{"up_sinks", "uniprefill: first positions always kept"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.up_sinks); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_sinks); }},
+      {{"up_tail", "uniprefill: last tokens of the prompt chunk always kept (at least 1)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_tail); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_tail); }},
+      {{"up_min_prompt", "uniprefill: prompts shorter than this are prefilled densely"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.up_min_prompt); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_min_prompt); }},
+      {{"up_chunk", "uniprefill: prefill chunk; longer prompts select per chunk among its own tokens"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_chunk); },
+       [](const PolicyConfig& p) { return std::to_string(p.up_chunk); }},
   };
   return table;
 }
@@ -281,6 +339,11 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     p.prefill = PrefillMode::chunk;
     p.positions = PositionMode::original;  // kept tokens stay in original order and positions
     p.kv_budget = 4096;
+  } else if (preset == "uniprefill") {
+    // UniPrefill: prompt tokens dropped at selection layers; decode attends densely to what
+    // each layer kept (combine with a decode policy: --policy tokenselect --set prefill=uniprefill).
+    p.scorer = ScorerKind::all;
+    p.prefill = PrefillMode::uniprefill;
   } else {
     return make_error("unknown attention policy '{}'; policies: {}", preset, valid_presets());
   }
@@ -326,6 +389,14 @@ std::string json_scalar_text(const nlohmann::json& v) {
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
   if (v.is_number()) return fmt::format("{:.17g}", v.get<double>());
+  if (v.is_array()) {  // a list knob (up_layers): [7, 11, 15]
+    std::string s;
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) return "\x01";
+      s += (s.empty() ? "" : ",") + std::to_string(e.get<int64_t>());
+    }
+    return s;
+  }
   return "\x01";  // an object, array or null: rejected by every knob parser
 }
 

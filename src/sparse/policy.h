@@ -1,6 +1,6 @@
 // Sparse attention policies: one composable pipeline (docs/sparse.md) whose stages are
 // configured by knobs, with presets that reproduce the published methods (dense, streaming,
-// quest, h2o, tokenselect, sketch, stca) and `auto` (a sparse preset above a length
+// quest, h2o, tokenselect, sketch, stca, uniprefill) and `auto` (a sparse preset above a length
 // threshold, dense below). Every knob is settable by name from `--set key=value`, a policy
 // file, or a request; unknown names and bad values are errors listing the valid ones.
 #pragma once
@@ -47,6 +47,7 @@ enum class PositionMode : uint8_t {
 enum class PrefillMode : uint8_t {
   dense,  // prefill chunks attend to everything kept
   chunk,  // one selection per chunk from the chunk's mean query (TokenSelect)
+  uniprefill,  // token dropping at selection layers that every later layer skips (UniPrefill)
 };
 
 struct PolicyConfig {
@@ -78,8 +79,21 @@ struct PolicyConfig {
   int32_t evict_floor = 1024;  // stca: minimum tokens kept besides sinks and window
   // Below this many context tokens a layer attends densely (0: sinks + top_k + local).
   int32_t min_context = 0;
+  // UniPrefill (prefill=uniprefill; docs/sparse.md "Prefill token dropping").
+  std::vector<int32_t> up_layers;  // selection layers, ascending (empty: auto for the model)
+  int32_t up_queries = 128;        // last prompt tokens that score every key
+  int32_t up_block = 64;           // tokens per kept-or-dropped block
+  float up_p = 0.99f;              // kept blocks: the smallest set reaching this mass
+  int32_t up_sinks = 128;          // first positions always kept
+  int32_t up_tail = 128;           // last tokens of the chunk always kept (the queries)
+  int32_t up_min_prompt = 2048;    // shorter prompts are prefilled densely
+  int32_t up_chunk = 32768;        // prefill chunk of a uniprefill prompt (selection is per chunk)
 
-  bool is_dense() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }
+  // Attention reads every kept token at decode and no token is evicted.
+  bool dense_attention() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }
+  bool drops_prefill() const { return prefill == PrefillMode::uniprefill; }
+  // Nothing differs from dense: no per-sequence sparse state is needed.
+  bool is_dense() const { return dense_attention() && !drops_prefill(); }
   bool evicts() const { return memory != MemoryKind::keep; }
   // Context length from which selection starts.
   int32_t threshold() const;

@@ -17,10 +17,18 @@ struct SparseStats {
   int64_t bytes_read = 0;       // K/V (+ sketch) bytes read by scoring and attention
   int64_t tokens_evicted = 0;   // summed over layers
   int64_t kv_bytes_held = 0;    // at the end of the request
+  // UniPrefill: (layer, token) rows the prefill computed vs what dense prefill computes.
+  int64_t prefill_rows = 0;
+  int64_t prefill_rows_dense = 0;
+  int64_t prefill_selections = 0;  // (selection layer, chunk) selections run
+  int64_t prefill_dropped = 0;     // prompt tokens dropped, summed over selections
 
   double mean_selected() const { return layer_steps ? double(selected_tokens) / layer_steps : 0; }
   double selected_fraction() const {
     return context_tokens ? double(selected_tokens) / context_tokens : 1.0;
+  }
+  double prefill_row_fraction() const {
+    return prefill_rows_dense ? double(prefill_rows) / prefill_rows_dense : 1.0;
   }
   double hit_rate() const { return cache_lookups ? double(cache_hits) / cache_lookups : 0; }
   void add(const SparseStats& o) {
@@ -32,6 +40,10 @@ struct SparseStats {
     cache_hits += o.cache_hits;
     bytes_read += o.bytes_read;
     tokens_evicted += o.tokens_evicted;
+    prefill_rows += o.prefill_rows;
+    prefill_rows_dense += o.prefill_rows_dense;
+    prefill_selections += o.prefill_selections;
+    prefill_dropped += o.prefill_dropped;
   }
 };
 

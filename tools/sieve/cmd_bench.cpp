@@ -115,10 +115,12 @@ int run(BenchOptions o) {
         }
         std::vector<float> logits;
         auto t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < len; i += o.n_batch) {
+        // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).
+        const int32_t chunk = prefill_chunk_for(pre ? pre->policy() : resolved, len, o.n_batch);
+        for (int32_t i = 0; i < len; i += chunk) {
           BatchEntry e;
           e.seq = seq;
-          e.tokens = std::span<const int32_t>(prompt.data() + i, std::min(o.n_batch, len - i));
+          e.tokens = std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i));
           e.sparse = pre ? pre.get() : sp.get();
           reserve_or_throw(kv, seq, e.tokens);
           Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
@@ -145,22 +147,27 @@ int run(BenchOptions o) {
         auto t2 = std::chrono::steady_clock::now();
         kv_bytes = kv.seq_bytes(seq);
         last = sp ? sp->stats : SparseStats{};
+        if (pre) last.add(pre->stats);
         if (Status s = kv.free_sequence(seq); !s) throw UserError(s.message());
         if (rep <= 0) continue;
         pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
         dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());
       }
-      nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf)},
+      nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf)}, {"ttft_ms", 1000.0 * len / median(pf)},
                           {"decode_tok_s", median(dc)}, {"n_decode", o.n_decode},
                           {"policy", resolved.describe()}, {"kv_bytes", kv_bytes},
                           {"prefill_policy", resolved.is_dense() && !o.dense_prefill.empty() ? o.dense_prefill
                                                                                         : resolved.describe()},
                           {"selected_fraction", last.selected_fraction()},
                           {"selection_cache_hit_rate", last.hit_rate()},
-                          {"tokens_evicted", last.tokens_evicted}};
-      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s, decode {:.1f} tok/s, read {:.1f}%, hits {:.0f}%, KV {:.1f} MiB",
-               nt, len, resolved.describe(), median(pf), median(dc), 100 * last.selected_fraction(),
-               100 * last.hit_rate(), kv_bytes / 1048576.0);
+                          {"tokens_evicted", last.tokens_evicted},
+                          {"prefill_row_fraction", last.prefill_row_fraction()},
+                          {"prefill_tokens_dropped", last.prefill_dropped}};
+      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s, read {:.1f}%, hits {:.0f}%, "
+               "prefill rows {:.1f}%, KV {:.1f} MiB",
+               nt, len, resolved.describe(), median(pf), 1000.0 * len / median(pf), median(dc),
+               100 * last.selected_fraction(), 100 * last.hit_rate(), 100 * last.prefill_row_fraction(),
+               kv_bytes / 1048576.0);
       results.push_back(r);
     }
    }

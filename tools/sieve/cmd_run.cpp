@@ -103,6 +103,8 @@ int run(const RunOptions& o) {
                   {"selection_cache_lookups", st.sparse.cache_lookups},
                   {"bytes_read", st.sparse.bytes_read},
                   {"tokens_evicted", st.sparse.tokens_evicted},
+                  {"prefill_row_fraction", st.sparse.prefill_row_fraction()},
+                  {"prefill_tokens_dropped", st.sparse.prefill_dropped},
                   {"kv_bytes_per_token_full_layers", st.kv_bytes_per_token_full},
                   {"kv_bytes_window_layers_max", st.kv_bytes_window_max},
                   {"n_layers_full", st.n_layers_full}, {"n_layers_window", st.n_layers_window},
@@ -118,12 +120,12 @@ int run(const RunOptions& o) {
       std::fprintf(stderr,
                    "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
                    "(%.1f tok/s) | KV %.1f MiB | policy %s | read %.1f%% of KV, cache hits %.0f%%, "
-                   "evicted %lld | %d threads\n",
+                   "evicted %lld, prefill rows %.1f%% | %d threads\n",
                    static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
                    static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
                    st.kv_bytes / 1048576.0, st.policy.c_str(), 100.0 * st.sparse.selected_fraction(),
                    100.0 * st.sparse.hit_rate(), static_cast<long long>(st.sparse.tokens_evicted),
-                   lm.pool->size());
+                   100.0 * st.sparse.prefill_row_fraction(), lm.pool->size());
     }
   }
   return 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # UniPrefill quality vs dense (issue 8) on the device's 16-core CPU: four pinned processes
-# (4 threads each), dense and uniprefill on the same samples (seeds 7 and 8), each process
+# (4 threads each) on the same samples (seed 7): dense, uniprefill with the auto layer
+# schedule, and two later schedules (the layer default is chosen from these), each process
 # stopped after LIMIT seconds (samples.jsonl keeps what finished); merge with
 # `sieve eval --report-only` over the concatenated samples.
 #   bench/cpu/device_uniprefill_eval.sh SIEVE MODEL OUT LIMIT
@@ -13,8 +14,8 @@ run() {
     >>"$OUT/$dir.log" 2>&1
 }
 mkdir -p "$OUT"
-run 0-3 d7 --tasks $T6 --ctx 4K -n 3 --seed 7 --policy dense &
-run 4-7 u7 --tasks $T6 --ctx 4K -n 3 --seed 7 --policy uniprefill &
-run 8-11 d8 --tasks $T6 --ctx 4K -n 3 --seed 8 --policy dense &
-run 12-15 u8 --tasks $T6 --ctx 4K -n 3 --seed 8 --policy uniprefill &
+run 0-3 dense --tasks $T6 --ctx 4K -n 3 --seed 7 --policy dense &
+run 4-7 up_auto --tasks $T6 --ctx 4K -n 3 --seed 7 --policy uniprefill &
+run 8-11 up_late --tasks $T6 --ctx 4K -n 3 --seed 7 --policy uniprefill --set up_layers=14,18,22,26 &
+run 12-15 up_late995 --tasks $T6 --ctx 4K -n 3 --seed 7 --policy uniprefill --set up_layers=14,18,22,26 --set up_p=0.995 &
 wait

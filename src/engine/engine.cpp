@@ -25,7 +25,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   e->sketch_ = std::make_unique<SketchProjection>(sketch);
   int64_t budget = e->cfg_.kv_budget_bytes;
   if (budget <= 0) {
-    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim);
+    // A UniPrefill default policy prefills long prompts in one chunk of up_chunk tokens.
+    int64_t max_chunk = e->cfg_.max_batch_tokens;
+    if (e->cfg_.default_policy && e->cfg_.default_policy->drops_prefill()) {
+      max_chunk = std::max<int64_t>(max_chunk, e->cfg_.default_policy->up_chunk);
+    }
+    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim, max_chunk);
   }
   KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name);
   kc.prefix_cache = e->cfg_.prefix_cache;

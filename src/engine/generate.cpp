@@ -26,17 +26,18 @@ struct SeqGuard {
 
 Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx, const SketchSpec& sketch)
     : model_(model), pool_(pool), n_ctx_(n_ctx) {
-  make_store(sketch);
+  make_store(sketch, max_chunk_);
 }
 
-void Generator::make_store(const SketchSpec& sketch) {
+void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk) {
+  max_chunk_ = max_chunk;
   const ModelHParams& hp = model_.hp;
   fwd_.reset();
   kv_.reset();
   sketch_ = std::make_unique<SketchProjection>(sketch);
   KvConfig cfg = kv_config_for(hp, 0, kPageSize, hp.arch + ":" + hp.name);
   cfg.sketch_dim = sketch.dim;
-  cfg.budget_bytes = kv_budget_bytes(hp, n_ctx_, 1, kPageSize, sketch.dim);
+  cfg.budget_bytes = kv_budget_bytes(hp, n_ctx_, 1, kPageSize, sketch.dim, max_chunk);
   auto store = KvStore::create(cfg);
   SIEVE_ASSERT(store.ok());
   kv_ = std::make_unique<KvStore>(std::move(store.value()));
@@ -91,8 +92,11 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   }
   const PolicyConfig policy = opt.policy ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
                                           : *make_policy("dense");
-  if (const SketchSpec want = sketch_spec_for(policy, model_.hp); want.dim > 0 && !(want == sketch_->spec())) {
-    make_store(want);
+  const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
+  const SketchSpec want = sketch_spec_for(policy, model_.hp);
+  if ((want.dim > 0 && !(want == sketch_->spec())) || n_batch > max_chunk_) {
+    const SketchSpec keep = want.dim > 0 ? want : sketch_->spec();
+    make_store(keep, std::max<int64_t>(max_chunk_, n_batch));
   }
   SIEVE_TRY(check_uniprefill_layers(policy, model_.hp));
   std::unique_ptr<SparseSeq> sparse;
@@ -105,7 +109,6 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
 
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
   SIEVE_TRY(prefill(added->seq, prompt, n_batch, false, opt.on_prefill_progress, logits, nullptr, sparse.get()));
   st.prefill_ms = ms_since(t0);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -154,6 +157,10 @@ Result<std::vector<float>> Generator::prompt_logits(std::span<const int32_t> pro
                                                     int32_t n_batch) {
   if (prompt.empty() || static_cast<int64_t>(prompt.size()) > n_ctx_) {
     return make_error("prompt of {} tokens does not fit the context {}", prompt.size(), n_ctx_);
+  }
+  if (n_batch > max_chunk_) {
+    const SketchSpec keep = sketch_->spec();
+    make_store(keep, n_batch);
   }
   // No prefix reuse: every position's logits are computed.
   auto added = kv_->add_sequence(std::span<const int32_t>());

@@ -67,11 +67,13 @@ class Generator {
   Status prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch, bool all_logits,
                  const std::function<void(int64_t, int64_t)>& progress, std::vector<float>& logits,
                  std::vector<float>* all, class SparseSeq* sparse);
-  void make_store(const SketchSpec& sketch);
+  // The store holds one sequence of n_ctx tokens, appended in chunks of up to max_chunk.
+  void make_store(const SketchSpec& sketch, int64_t max_chunk);
 
   const Model& model_;
   ThreadPool& pool_;
   int32_t n_ctx_;
+  int64_t max_chunk_ = 512;
   std::unique_ptr<SketchProjection> sketch_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<Forward> fwd_;

@@ -5,7 +5,7 @@
 namespace sieve {
 
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
-                        int32_t sketch_dim) {
+                        int32_t sketch_dim, int64_t max_chunk) {
   // Per token per stream: K + V rows (f16) + sketch keys (f32) + position.
   const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv + 4;
   const int64_t pages_full = (n_ctx + page_size - 1) / page_size;
@@ -13,12 +13,15 @@ int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, in
   for (LayerKind k : hp.layer_kind) {
     if (k == LayerKind::sliding) {
       const int64_t w = std::min<int64_t>(n_ctx, hp.sliding_window);
-      pages += (w + page_size - 1) / page_size + 2;  // the window may straddle pages
+      pages += n_seq * ((w + page_size - 1) / page_size + 2);  // the window may straddle pages
+      // One step's chunk sits in the stream before the window slides past it.
+      const int64_t extra = std::max<int64_t>(0, std::min(n_ctx, max_chunk + w) - w);
+      pages += (extra + page_size - 1) / page_size;
     } else {
-      pages += pages_full;
+      pages += n_seq * pages_full;
     }
   }
-  return pages * n_seq * page_size * token_bytes;
+  return pages * page_size * token_bytes;
 }
 
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,

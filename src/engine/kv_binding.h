@@ -13,10 +13,12 @@
 namespace sieve {
 
 // Bytes a model's KV needs to hold n_seq sequences of n_ctx tokens each (full layers hold
-// everything; window layers at most their window plus a page of slack), rounded up to pages.
+// everything; window layers at most their window plus a page of slack), rounded up to pages,
+// plus room for one step of max_chunk tokens in every window layer (a chunk's tokens are all
+// stored before the window slides past them: a 32K UniPrefill chunk needs 32K there).
 // sketch_dim: floats of sketch keys per KV head per token on full-attention layers.
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
-                        int32_t sketch_dim = 0);
+                        int32_t sketch_dim = 0, int64_t max_chunk = 512);
 
 // KvConfig for a model: f16 K/V, one stream per layer, window capacity on sliding layers.
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,

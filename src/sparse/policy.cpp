@@ -213,7 +213,7 @@ const std::vector<Knob>& knobs() {
       {{"min_context", "context length below which attention is dense (0 = sinks + top_k + local)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.min_context); },
        [](const PolicyConfig& p) { return std::to_string(p.min_context); }},
-      {{"up_layers", "uniprefill: selection layers, comma-separated (auto: every full-attention layer of a hybrid, else a spaced schedule)"},
+      {{"up_layers", "uniprefill: selection layers, comma-separated (auto: every full-attention layer of a hybrid but 0, else from 15/32 of the depth every 1/8)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_layer_list(k, v, p.up_layers); },
        [](const PolicyConfig& p) { return layer_list_text(p.up_layers); }},
       {{"up_queries", "uniprefill: last prompt tokens whose attention rates every token (n)"},

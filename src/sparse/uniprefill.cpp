@@ -30,7 +30,7 @@ Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<
     }
     return layers;
   }
-  const int32_t first = std::max(1, static_cast<int32_t>(std::lround(7.0 * n / 32.0)));
+  const int32_t first = std::max(1, static_cast<int32_t>(std::lround(15.0 * n / 32.0)));
   const int32_t step = std::max(1, static_cast<int32_t>(std::lround(n / 8.0)));
   for (int32_t l = first; l < n - 1; l += step) layers.push_back(l);
   return layers;

@@ -17,8 +17,10 @@ namespace sieve {
 // The layers that select for a model with these layer kinds (true: full attention). The
 // policy's up_layers when given (each must be a full-attention layer below n_layer), else
 // auto: on a hybrid (some sliding-window layers) every full-attention layer but the first
-// layer; otherwise a spaced schedule scaled from the public Llama-3.1-8B one (7, 11, ..., 27
-// of 32 layers): from round(7/32 n) every round(n/8) layers, below the last layer.
+// layer; otherwise a spaced schedule from round(15/32 n) every round(n/8) layers below the
+// last layer (SmolLM2: 14, 18, 22, 26). The public Llama-3.1-8B schedule scaled (7, 11, ..., 27
+// of 32, i.e. from 7/32 n) lost 3.3 points on SmolLM2 at 4K where this one lost none
+// (bench/RESULTS.md, issue 8): a small model's early layers rate tokens poorly.
 Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<const uint8_t> full_layer);
 
 // Rows kept by one selection. importance[i]: the mass candidate row i received (summed over

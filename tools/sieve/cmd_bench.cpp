@@ -93,7 +93,15 @@ int run(BenchOptions o) {
     SketchProjection sketch(sketch_spec_for(*policy, model.hp));
     KvConfig kc = kv_config_for(model.hp, 0, 16, "bench");
     kc.sketch_dim = sketch.spec().dim;
-    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim);
+    int64_t max_chunk = o.n_batch;
+    for (int32_t len : o.lengths) {
+      max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(resolve_auto(*policy, len), len, o.n_batch));
+      if (!o.dense_prefill.empty()) {
+        max_chunk = std::max<int64_t>(
+            max_chunk, prefill_chunk_for(*policy_from_flags(PolicyFlags{o.dense_prefill, "", {}}), len, o.n_batch));
+      }
+    }
+    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk);
     kc.prefix_cache = false;
     auto store = KvStore::create(kc);
     if (!store) throw UserError(store.message());

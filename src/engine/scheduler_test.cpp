@@ -303,3 +303,76 @@ TEST(Engine, ThreadedSubmitCancelAndPrefixHit) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// A UniPrefill request is prefilled in one chunk even when the step budget is small (its
+// selection needs the prompt's end), beside a decoding dense request; both equal their solo
+// runs, and the dense one is never dropped from.
+TEST(Scheduler, UniPrefillRequestPrefillsInOneChunkBesideDecodes) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  SchedulerConfig sc;
+  sc.max_batch_tokens = 24;
+  sc.n_ctx = 512;
+  auto up = std::make_shared<PolicyConfig>(*make_policy("uniprefill"));
+  up->up_min_prompt = 0;
+  up->up_layers = {3};
+  up->up_p = 0.5f;
+  up->up_block = 16;
+  up->up_sinks = 16;
+  up->up_tail = 32;
+  up->up_queries = 32;
+  auto dense = std::make_shared<PolicyConfig>(*make_policy("dense"));
+  auto params = [&](int i, PolicyPtr policy) {
+    RequestParams p;
+    p.prompt = prompt_of(*m, i);
+    p.max_tokens = 6;
+    p.sampling.temperature = 0;
+    p.stop_at_eog = false;
+    p.policy = std::move(policy);
+    return p;
+  };
+  struct Out {
+    std::vector<int32_t> tokens;
+    SparseStats sparse;
+    FinishReason reason = FinishReason::none;
+  };
+  auto run = [&](std::vector<RequestParams> reqs) {
+    KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 512, 2, 16, 0, 512), false);
+    Scheduler s(*m, pool, kv, sc);
+    std::map<RequestId, Out> out;
+    std::vector<RequestId> ids;
+    for (auto& p : reqs) {
+      ids.push_back(s.submit(p, [&](const RequestEvent& e) {
+        Out& o = out[e.id];
+        if (e.token >= 0) o.tokens.push_back(e.token);
+        if (e.finished) o.reason = e.reason, o.sparse = e.sparse;
+      }));
+    }
+    int steps = 0;
+    while (s.step() && ++steps < 1000) {
+    }
+    EXPECT_LT(steps, 1000);
+    std::vector<Out> r;
+    for (RequestId id : ids) r.push_back(out[id]);
+    return r;
+  };
+  const int long_i = short_mode() ? 100 : 200;  // prompt_of(i) grows by a sentence per 5
+  const std::vector<Out> solo_dense = run({params(1, dense)});
+  const std::vector<Out> solo_up = run({params(long_i, up)});
+  const std::vector<Out> both = run({params(1, dense), params(long_i, up)});
+  ASSERT_EQ(both.size(), 2u);
+  for (const Out& o : both) EXPECT_EQ(o.reason, FinishReason::length);
+  EXPECT_EQ(both[0].tokens, solo_dense[0].tokens);
+  EXPECT_EQ(both[1].tokens, solo_up[0].tokens);
+  EXPECT_EQ(both[1].sparse.prefill_selections, 1);  // one chunk, one selection layer
+  EXPECT_GT(both[1].sparse.prefill_dropped, 0);
+  EXPECT_EQ(both[1].sparse.prefill_dropped, solo_up[0].sparse.prefill_dropped);
+  EXPECT_EQ(both[0].sparse.prefill_dropped, 0);
+}
+
+}  // namespace
+}  // namespace sieve

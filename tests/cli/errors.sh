@@ -50,7 +50,9 @@ printf 'policy = stca\nkeep_mass = 2\n' >"$tmp/bad.policy"
 expect_user_error bad-policy-file "line 2: policy knob keep_mass" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/bad.policy" -p hi
 expect_user_error bad-flag "no-such-flag" "$SIEVE" run --no-such-flag
 
+expect_user_error bad-layer-list "policy knob up_layers: layers must ascend" "$SIEVE" run -m "$tmp/empty.gguf" --policy uniprefill --set up_layers=9,3 -p hi
 if [ -n "$MODEL" ] && [ -f "$MODEL" ]; then
+  expect_user_error uniprefill-layer "layer 40 does not exist; the model has layers 0..29" "$SIEVE" run -m "$MODEL" --policy uniprefill --set up_layers=3,40 -p hi -n 1
   # truncated and corrupted copies of a real model
   head -c 5000000 "$MODEL" >"$tmp/trunc.gguf"
   expect_user_error truncated-model "truncated" "$SIEVE" run -m "$tmp/trunc.gguf" -p hi

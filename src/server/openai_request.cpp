@@ -360,7 +360,7 @@ GenRequest parse_gen_request(const json& j, bool chat, const RequestLimits& lim,
   if (const json* sv = field(j, "sieve")) {
     if (!sv->is_object()) throw ApiError::bad("sieve", "sieve must be an object: {\"policy\": NAME, knob: value, ...}");
     g.policy_json = sv->dump();
-  } else if (const json* pol = field(j, "policy")) {  // the short form `sieve eval --server` sends
+  } else if (const json* pol = field(j, "policy")) {  // short form: a preset name, no knobs
     if (!pol->is_string()) throw ApiError::bad("policy", "policy must be a preset name (a string)");
     g.policy_json = json{{"policy", *pol}}.dump();
   }

@@ -13,7 +13,8 @@ namespace sieve {
 namespace {
 
 constexpr std::string_view k_presets[] = {"auto", "dense", "streaming", "quest", "h2o",
-                                          "tokenselect", "sketch", "stca", "uniprefill"};
+                                          "tokenselect", "sketch", "stca", "uniprefill",
+                                          "rtpurbo"};
 
 // The auto policy's sparse preset, chosen from bench/RESULTS.md (issue 6 measurements).
 constexpr std::string_view k_auto_preset = "tokenselect";
@@ -26,7 +27,8 @@ struct EnumName {
 
 constexpr EnumName<ScorerKind> k_scorers[] = {
     {ScorerKind::all, "all"}, {ScorerKind::none, "none"}, {ScorerKind::exact, "exact"},
-    {ScorerKind::sketch, "sketch"}, {ScorerKind::quest, "quest"}};
+    {ScorerKind::sketch, "sketch"}, {ScorerKind::quest, "quest"},
+    {ScorerKind::indexer, "indexer"}};
 constexpr EnumName<AggregationKind> k_aggs[] = {{AggregationKind::soft_vote, "soft_vote"},
                                                 {AggregationKind::hard_vote, "hard_vote"},
                                                 {AggregationKind::raw_sum, "raw_sum"}};
@@ -136,7 +138,7 @@ constexpr int64_t k_max_tokens = int64_t{1} << 30;
 
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> table = {
-      {{"scorer", "how tokens are ranked: all (dense), none (sinks + window), exact, sketch, quest"},
+      {{"scorer", "how tokens are ranked: all (dense), none (sinks + window), exact, sketch, quest, indexer (RTPurbo head plan)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_scorers, k, v, p.scorer); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_scorers, p.scorer)); }},
       {{"aggregation", "how heads combine scores: soft_vote, hard_vote, raw_sum"},
@@ -237,6 +239,26 @@ const std::vector<Knob>& knobs() {
       {{"up_chunk", "uniprefill: prefill chunk; longer prompts select per chunk among its own tokens"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_chunk); },
        [](const PolicyConfig& p) { return std::to_string(p.up_chunk); }},
+      {{"head_plan", "rtpurbo: head plan JSON from `sieve calibrate -m MODEL --out heads.json` (--fit-indexer for the decode indexer)"},
+       [](PolicyConfig& p, auto k, auto v) -> Status {
+         if (v.empty()) {
+           p.head_plan.clear();
+           p.plan.reset();
+           return {};
+         }
+         auto plan = load_head_plan(std::string(v));
+         if (!plan) return make_error("policy knob {}: {}", k, plan.message());
+         p.head_plan = std::string(v);
+         p.plan = std::make_shared<const HeadPlan>(std::move(plan.value()));
+         return {};
+       },
+       [](const PolicyConfig& p) { return p.head_plan; }},
+      {{"rt_sinks", "rtpurbo: first tokens every head reads (local heads: sinks + window)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_sinks); },
+       [](const PolicyConfig& p) { return std::to_string(p.rt_sinks); }},
+      {{"rt_window", "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 16: SmolLM2 512, Gemma 3 2048)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_window); },
+       [](const PolicyConfig& p) { return std::to_string(p.rt_window); }},
   };
   return table;
 }
@@ -344,6 +366,14 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     // each layer kept (combine with a decode policy: --policy tokenselect --set prefill=uniprefill).
     p.scorer = ScorerKind::all;
     p.prefill = PrefillMode::uniprefill;
+  } else if (preset == "rtpurbo") {
+    // RTPurbo: local heads read sinks + a window, retrieval heads the indexer's top-p tokens
+    // (capped by top_k) plus sinks + window at decode; retrieval heads prefill densely.
+    p.scorer = ScorerKind::indexer;
+    p.top_p = 0.95f;
+    p.top_k = 4096;
+    p.min_keep = 16;
+    p.selection_cache = false;
   } else {
     return make_error("unknown attention policy '{}'; policies: {}", preset, valid_presets());
   }
@@ -379,7 +409,19 @@ Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::s
   for (const std::string& a : assignments) {
     SIEVE_TRY(set_policy_knob(*p, a));
   }
+  SIEVE_TRY(check_policy_complete(*p));
   return p;
+}
+
+Status check_policy_complete(const PolicyConfig& p) {
+  if (p.uses_head_plan() && !p.plan) {
+    return make_error(
+        "policy {} needs a head plan: write one with `sieve calibrate -m MODEL --out heads.json` (add "
+        "--fit-indexer for the retrieval heads' decode indexer), then pass --head-plan heads.json "
+        "(or --set head_plan=heads.json)",
+        p.preset);
+  }
+  return {};
 }
 
 namespace {
@@ -418,6 +460,7 @@ Result<PolicyConfig> policy_from_json(const nlohmann::json& j, std::string_view 
       return make_error("{}: {}", where, st.message());
     }
   }
+  if (Status st = check_policy_complete(*p); !st) return make_error("{}: {}", where, st.message());
   return p;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "sparse/head_plan.h"
 
 namespace sieve {
 
@@ -24,6 +25,8 @@ enum class ScorerKind : uint8_t {
   exact,   // q.K over the paged cache (TokenSelect)
   sketch,  // (qP).(KP) with a seeded random projection P to sketch_dim (SequenceO1)
   quest,   // per-block upper bound from the blocks' min/max keys (Quest)
+  indexer, // RTPurbo: the head plan's local heads read sinks + window, its retrieval heads
+           // the top-p tokens of a low-dim pre-RoPE indexer (docs/sparse.md "RTPurbo")
 };
 // How the heads that share one selection combine their scores.
 enum class AggregationKind : uint8_t {
@@ -88,6 +91,11 @@ struct PolicyConfig {
   int32_t up_tail = 128;           // last tokens of the chunk always kept (the queries)
   int32_t up_min_prompt = 2048;    // shorter prompts are prefilled densely
   int32_t up_chunk = 32768;        // prefill chunk of a uniprefill prompt (selection is per chunk)
+  // RTPurbo (scorer=indexer; docs/sparse.md "RTPurbo (head plan)").
+  std::string head_plan;                        // path of the plan (sieve calibrate --out)
+  std::shared_ptr<const HeadPlan> plan;         // loaded once when head_plan is set
+  int32_t rt_sinks = 4;                         // first tokens every head reads
+  int32_t rt_window = 0;                        // local heads' window (0: n_ctx_train / 16)
 
   // Attention reads every kept token at decode and no token is evicted.
   bool dense_attention() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }
@@ -95,6 +103,7 @@ struct PolicyConfig {
   // Nothing differs from dense: no per-sequence sparse state is needed.
   bool is_dense() const { return dense_attention() && !drops_prefill(); }
   bool evicts() const { return memory != MemoryKind::keep; }
+  bool uses_head_plan() const { return scorer == ScorerKind::indexer; }
   // Context length from which selection starts.
   int32_t threshold() const;
   // `preset key=value key=value ...` - for logs, records and reports.
@@ -119,6 +128,9 @@ Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::s
 Result<PolicyConfig> load_policy_file(const std::string& path);
 // Applies a JSON object's fields (policy first, then knobs) - the server's "sieve" field.
 Result<PolicyConfig> policy_from_json_text(std::string_view json, std::string_view default_preset);
+
+// A policy that uses a head plan (rtpurbo) has one; the error names the command that writes it.
+Status check_policy_complete(const PolicyConfig& p);
 
 // Knob names and one-line help, for --help and errors.
 struct KnobInfo {

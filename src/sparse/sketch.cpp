@@ -6,7 +6,7 @@
 namespace sieve {
 
 SketchProjection::SketchProjection(const SketchSpec& spec) : spec_(spec) {
-  if (spec.dim <= 0) return;
+  if (spec.dim <= 0 || spec.indexer) return;
   const int32_t n_proj = spec.shared ? 1 : spec.n_kv_head;
   p_.resize(static_cast<size_t>(n_proj) * spec.head_dim * spec.dim);
   // A fixed generator and distribution formula so that a seed means the same P everywhere

@@ -16,6 +16,9 @@ struct SketchSpec {
   int32_t n_kv_head = 0;
   bool shared = true;     // one P for every head
   uint64_t seed = 0;
+  // RTPurbo: the slots hold the head plan's indexer keys (k_preRoPE W_K, written by Forward
+  // from the sequence's plan), not JL sketches; no random projection is made.
+  bool indexer = false;
   bool operator==(const SketchSpec&) const = default;
 };
 

@@ -206,9 +206,14 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
     const int32_t first = q.window > 0 ? lower_bound_pos(kv, keys, pmin - q.window + 1) : 0;
     const int32_t last = lower_bound_pos(kv, keys, pmax + 1);
     const int32_t start = first - first % kTile;
-    for (int32_t c0 = start; c0 < last; c0 += kTile) {
-      if (c0 > start && c0 % kAttnSegment == 0) flush();
-      const int n = std::min<int32_t>(kTile, last - c0);
+    // Sinks (window with n_sink): the keys before position n_sink are read first, then the
+    // window's tiles from after them, so no key is visited twice.
+    const int32_t sink_end =
+        q.window > 0 && q.n_sink > 0 && start > 0 ? std::min(lower_bound_pos(kv, keys, q.n_sink), last) : 0;
+    auto tiles = [&](int32_t from, int32_t to) {
+     for (int32_t c0 = from; c0 < to; c0 += kTile) {
+      if (c0 > from && c0 % kAttnSegment == 0) flush();
+      const int n = std::min<int32_t>(kTile, to - c0);
       for (int t = 0; t < n; ++t) {
         const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
         f16_to_f32_row(kv.k_row(j), kt.data() + t * d, d);
@@ -222,7 +227,7 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
           K.scores(q.q + r * d, kt.data(), n, d, q.scale, s.data());
           float mt = kNegInf;
           for (int t = 0; t < n; ++t) {
-            const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window);
+            const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window || kpos[t] < q.n_sink);
             if (!vis) s[t] = kNegInf;
             mt = std::max(mt, s[t]);
           }
@@ -235,6 +240,13 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
           sm[r] = m_new;
         }
       }
+     }
+    };
+    if (sink_end > 0) {
+      tiles(0, sink_end);
+      tiles(std::max(start, sink_end), last);
+    } else {
+      tiles(start, last);
     }
     flush();
   }
@@ -307,7 +319,7 @@ void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, fl
       for (int32_t i = 0; i < n_keys; ++i) {
         const int32_t j = keys.idx ? keys.idx[i] : keys.begin + i;
         const int32_t kp = kv.position(j);
-        if (kp > qp || (q.window > 0 && qp - kp >= q.window)) {
+        if (kp > qp || (q.window > 0 && qp - kp >= q.window && kp >= q.n_sink)) {
           sc[i] = -std::numeric_limits<double>::infinity();
           continue;
         }

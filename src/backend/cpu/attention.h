@@ -37,6 +37,7 @@ struct AttnQuery {
   int32_t head_dim = 0;
   float scale = 1.0f;
   int32_t window = 0;              // > 0: key visible iff 0 <= q_pos - k_pos < window
+  int32_t n_sink = 0;              // with window > 0: keys at positions < n_sink stay visible
 };
 
 // Which keys to read: an ascending index list, or the range [begin, end) when idx == nullptr.

@@ -7,6 +7,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
 #include "engine/sparse_seq.h"
+#include "sparse/head_plan.h"
 
 namespace sieve {
 
@@ -56,6 +57,14 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   gate_.resize(n_tok * hp.n_ff);
   up_.resize(n_tok * hp.n_ff);
   pos_.resize(n_tok);
+  keep_pre_ = false;
+  for (const BatchEntry& e : batch) {
+    if (e.sparse && e.sparse->head_plan() && e.sparse->head_plan()->has_indexer()) keep_pre_ = true;
+  }
+  if (keep_pre_) {
+    qpre_.resize(n_tok * hp.q_dim());
+    kpre_.resize(n_tok * hp.kv_dim());
+  }
 
   // Positions: the reserved tokens are the sequence's last ones.
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -87,6 +96,10 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     if (hp.qk_norm) {
       rms_norm(q_.data(), L.q_norm, hp.rms_eps, n_tok * hp.n_head, hp.head_dim, q_.data());
       rms_norm(k_.data(), L.k_norm, hp.rms_eps, n_tok * hp.n_head_kv, hp.head_dim, k_.data());
+    }
+    if (keep_pre_) {
+      std::copy(q_.begin(), q_.begin() + n_tok * hp.q_dim(), qpre_.begin());
+      std::copy(k_.begin(), k_.begin() + n_tok * hp.kv_dim(), kpre_.begin());
     }
     rope(q_.data(), pos_.data(), n_tok, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
     rope(k_.data(), pos_.data(), n_tok, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
@@ -155,6 +168,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     const KvHeadView* view;
     KeySet keys;           // the keys this task reads
     int split;             // index into partial buffers (-1: writes attn_ directly)
+    int part = 0;          // RTPurbo: 0 every head of the group, 1 its local heads, 2 its retrieval heads
   };
   std::vector<Task> tasks;
   std::vector<KvHeadView> views(batch.size() * hp.n_head_kv);
@@ -170,6 +184,26 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     EntryPlan& plan = plans_[i];
     plan.active = false;
     plan.compact = false;
+    plan.rt = false;
+    if (batch[i].sparse && window == 0 && batch[i].sparse->head_plan()) {
+      // RTPurbo: the group's local heads read sinks + window, its retrieval heads every key
+      // (prefill) or their decode key set; no key split (the sets are small or the step short).
+      plan_rtpurbo(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
+      for (int h = 0; h < hp.n_head_kv; ++h) {
+        const KvHeadView* view = &views[i * hp.n_head_kv + h];
+        for (int part = 1; part <= 2; ++part) {
+          if ((part == 1 ? plan.rt_local[h] : plan.rt_retr[h]).empty()) continue;
+          const bool list = part == 2 && plan.rt_list[h];
+          const KeySet ks = list ? KeySet{plan.keys[h].data(), static_cast<int32_t>(plan.keys[h].size()), 0, 0}
+                                 : KeySet{nullptr, 0, 0, view->n_tokens};
+          constexpr int32_t kQBlock = 32;
+          for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
+            tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, ks, -1, part});
+          }
+        }
+      }
+      continue;
+    }
     if (batch[i].sparse && window == 0 && !batch[i].sparse->policy().dense_attention()) {
       plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
     }
@@ -213,13 +247,38 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       const int64_t off = entry_offset_[tk.entry];
       const int32_t nq = tk.t1 - tk.t0;
       // gather the group's query rows: [nq, G, d]
+      const EntryPlan& plan = plans_[tk.entry];
+      if (tk.part != 0) {
+        // RTPurbo: the group's local (part 1) or retrieval (part 2) heads only.
+        const std::vector<int32_t>& heads = tk.part == 1 ? plan.rt_local[tk.kv_head] : plan.rt_retr[tk.kv_head];
+        const int ng = static_cast<int>(heads.size());
+        qbuf.resize(static_cast<size_t>(nq) * ng * d);
+        for (int32_t t = 0; t < nq; ++t) {
+          const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+          for (int g = 0; g < ng; ++g) {
+            std::copy(src + int64_t{heads[g]} * d, src + int64_t{heads[g] + 1} * d,
+                      qbuf.data() + (static_cast<size_t>(t) * ng + g) * d);
+          }
+        }
+        AttnQuery aq{qbuf.data(), pos_.data() + off + tk.t0, nq, ng, d, hp.attn_scale,
+                     tk.part == 1 ? plan.rt_window : 0, tk.part == 1 ? plan.rt_sinks : 0};
+        obuf.resize(qbuf.size());
+        attend(aq, *tk.view, tk.keys, obuf.data());
+        for (int32_t t = 0; t < nq; ++t) {
+          float* dst = attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+          for (int g = 0; g < ng; ++g) {
+            const float* o = obuf.data() + (static_cast<size_t>(t) * ng + g) * d;
+            std::copy(o, o + d, dst + int64_t{heads[g]} * d);
+          }
+        }
+        continue;
+      }
       qbuf.resize(static_cast<size_t>(nq) * G * d);
       for (int32_t t = 0; t < nq; ++t) {
         const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
         std::copy(src, src + G * d, qbuf.data() + static_cast<size_t>(t) * G * d);
       }
       const int32_t* qpos = pos_.data() + off + tk.t0;
-      const EntryPlan& plan = plans_[tk.entry];
       if (plan.compact) {
         // The chunk's own tokens are the last n_q keys of the gathered set.
         const int32_t n_sel = plan.views[tk.kv_head].n_tokens;

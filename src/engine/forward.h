@@ -75,9 +75,18 @@ class Forward {
     std::vector<const uint16_t*> kp, vp;        // one-page tables of the gathered views
     std::vector<const int32_t*> pp;
     std::vector<KvHeadView> views;              // compact views [n_kv_head]
+    // RTPurbo (the entry's policy has a head plan): per KV head, the group's local and
+    // retrieval query heads (indices inside the group), and whether the retrieval heads read
+    // the list keys[kv_head] (decode selection) instead of every key.
+    bool rt = false;
+    int32_t rt_window = 0, rt_sinks = 0;
+    std::vector<std::vector<int32_t>> rt_local, rt_retr;
+    std::vector<char> rt_list;
   };
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
   void write_sketches(int layer, std::span<const BatchEntry> batch);
+  // RTPurbo (forward_rtpurbo.cpp): head split and the retrieval heads' decode key sets.
+  void plan_rtpurbo(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
   // UniPrefill (forward_uniprefill.cpp). Per entry: the selection layers of this step and
   // the chunk-relative indices of the rows still computed.
   struct DropState {
@@ -106,6 +115,8 @@ class Forward {
   MatmulScratch mm_;
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;
+  std::vector<float> qpre_, kpre_;  // pre-RoPE q/k (RTPurbo's indexer), when an entry needs them
+  bool keep_pre_ = false;
   std::vector<int32_t> pos_;
   std::vector<int64_t> entry_offset_;  // first row of each entry in the batch
   std::vector<int32_t> n_rows_;        // rows of each entry in the batch

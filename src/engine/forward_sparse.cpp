@@ -9,6 +9,7 @@
 #include "core/fp16.h"
 #include "engine/forward.h"
 #include "engine/sparse_seq.h"
+#include "sparse/head_plan.h"
 #include "sparse/select.h"
 
 namespace sieve {
@@ -26,13 +27,36 @@ float quest_bound(const float* q, const float* mn, const float* mx, int32_t d) {
 }  // namespace
 
 void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
-  if (!sketch_ || !sketch_->enabled() || kv_.geometry().sketch_dim != sketch_->spec().dim) return;
   if (model_.hp.layer_kind[il] != LayerKind::full) return;
+  const int32_t ds = kv_.geometry().sketch_dim;
+  if (ds == 0) return;
+  const bool jl = sketch_ && sketch_->enabled() && !sketch_->spec().indexer && ds == sketch_->spec().dim;
   const ModelHParams& hp = model_.hp;
-  const int32_t ds = sketch_->spec().dim;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
     const int32_t first = kv_.stream_len(e.seq, il) - n_rows_[i];
+    const HeadPlan* plan = e.sparse ? e.sparse->head_plan() : nullptr;
+    if (plan && plan->has_indexer() && plan->d_idx == ds && keep_pre_) {
+      // RTPurbo: the indexer key k_idx = k_preRoPE W_K of every KV head that has a W_K.
+      for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+        const float* w = plan->indexer_k(il, h);
+        if (!w) continue;
+        for (int32_t t = 0; t < n_rows_[i]; ++t) {
+          const KvRowRef row = kv_.row(e.seq, il, first + t);
+          if (!row.sketch) continue;
+          const float* k = kpre_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim() + int64_t{h} * hp.head_dim;
+          float* out = row.sketch + int64_t{h} * ds;
+          std::fill(out, out + ds, 0.0f);
+          for (int32_t r = 0; r < hp.head_dim; ++r) {
+            const float kr = k[r];
+            const float* wr = w + int64_t{r} * ds;
+            for (int32_t c = 0; c < ds; ++c) out[c] += kr * wr[c];
+          }
+        }
+      }
+      continue;
+    }
+    if (!jl) continue;
     for (int32_t t = 0; t < n_rows_[i]; ++t) {
       const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
       const float* k = k_.data() + (entry_offset_[i] + static_cast<int64_t>(t)) * hp.kv_dim();

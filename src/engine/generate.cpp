@@ -29,15 +29,24 @@ Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx, const 
   make_store(sketch, max_chunk_);
 }
 
-void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk) {
+static bool same_layout(const std::vector<KvCapacity>& a, const std::vector<KvCapacity>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].kind != b[i].kind || a[i].window != b[i].window || a[i].n_sink != b[i].n_sink) return false;
+  }
+  return true;
+}
+
+void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk, const std::vector<KvCapacity>& layout) {
   max_chunk_ = max_chunk;
   const ModelHParams& hp = model_.hp;
   fwd_.reset();
   kv_.reset();
   sketch_ = std::make_unique<SketchProjection>(sketch);
-  KvConfig cfg = kv_config_for(hp, 0, kPageSize, hp.arch + ":" + hp.name);
+  layout_ = layout.empty() ? kv_layout_for(nullptr, hp) : layout;
+  KvConfig cfg = kv_config_for(hp, 0, kPageSize, hp.arch + ":" + hp.name, &layout_);
   cfg.sketch_dim = sketch.dim;
-  cfg.budget_bytes = kv_budget_bytes(hp, n_ctx_, 1, kPageSize, sketch.dim, max_chunk);
+  cfg.budget_bytes = kv_budget_bytes(hp, n_ctx_, 1, kPageSize, sketch.dim, max_chunk, &layout_);
   auto store = KvStore::create(cfg);
   SIEVE_ASSERT(store.ok());
   kv_ = std::make_unique<KvStore>(std::move(store.value()));
@@ -93,10 +102,13 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   const PolicyConfig policy = opt.policy ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
                                           : *make_policy("dense");
   const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
+  SIEVE_TRY(check_head_plan_for(policy, model_.hp));
   const SketchSpec want = sketch_spec_for(policy, model_.hp);
-  if ((want.dim > 0 && !(want == sketch_->spec())) || n_batch > max_chunk_) {
+  // The store's layout follows the policy (rtpurbo: window-only layers without retrieval heads).
+  const std::vector<KvCapacity> layout = kv_layout_for(&policy, model_.hp);
+  if ((want.dim > 0 && !(want == sketch_->spec())) || n_batch > max_chunk_ || !same_layout(layout, layout_)) {
     const SketchSpec keep = want.dim > 0 ? want : sketch_->spec();
-    make_store(keep, std::max<int64_t>(max_chunk_, n_batch));
+    make_store(keep, std::max<int64_t>(max_chunk_, n_batch), layout);
   }
   SIEVE_TRY(check_uniprefill_layers(policy, model_.hp));
   std::unique_ptr<SparseSeq> sparse;
@@ -158,9 +170,9 @@ Result<std::vector<float>> Generator::prompt_logits(std::span<const int32_t> pro
   if (prompt.empty() || static_cast<int64_t>(prompt.size()) > n_ctx_) {
     return make_error("prompt of {} tokens does not fit the context {}", prompt.size(), n_ctx_);
   }
-  if (n_batch > max_chunk_) {
+  if (n_batch > max_chunk_ || !same_layout(layout_, kv_layout_for(nullptr, model_.hp))) {
     const SketchSpec keep = sketch_->spec();
-    make_store(keep, n_batch);
+    make_store(keep, std::max<int64_t>(max_chunk_, n_batch));
   }
   // No prefix reuse: every position's logits are computed.
   auto added = kv_->add_sequence(std::span<const int32_t>());

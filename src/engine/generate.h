@@ -68,13 +68,15 @@ class Generator {
                  const std::function<void(int64_t, int64_t)>& progress, std::vector<float>& logits,
                  std::vector<float>* all, class SparseSeq* sparse);
   // The store holds one sequence of n_ctx tokens, appended in chunks of up to max_chunk.
-  void make_store(const SketchSpec& sketch, int64_t max_chunk);
+  // layout: per-layer capacities (kv_layout_for; empty = the model's).
+  void make_store(const SketchSpec& sketch, int64_t max_chunk, const std::vector<KvCapacity>& layout = {});
 
   const Model& model_;
   ThreadPool& pool_;
   int32_t n_ctx_;
   int64_t max_chunk_ = 512;
   std::unique_ptr<SketchProjection> sketch_;
+  std::vector<KvCapacity> layout_;  // the store's per-layer capacities
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<Forward> fwd_;
 };

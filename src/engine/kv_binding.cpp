@@ -5,15 +5,20 @@
 namespace sieve {
 
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
-                        int32_t sketch_dim, int64_t max_chunk) {
+                        int32_t sketch_dim, int64_t max_chunk, const std::vector<KvCapacity>* layout) {
   // Per token per stream: K + V rows (f16) + sketch keys (f32) + position.
   const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv + 4;
   const int64_t pages_full = (n_ctx + page_size - 1) / page_size;
   int64_t pages = 0;
-  for (LayerKind k : hp.layer_kind) {
-    if (k == LayerKind::sliding) {
-      const int64_t w = std::min<int64_t>(n_ctx, hp.sliding_window);
+  for (size_t il = 0; il < hp.layer_kind.size(); ++il) {
+    const LayerKind k = hp.layer_kind[il];
+    const bool window = layout ? (*layout)[il].is_window() : k == LayerKind::sliding;
+    if (window) {
+      const int32_t win = layout ? (*layout)[il].window : hp.sliding_window;
+      const int32_t sinks = layout ? (*layout)[il].n_sink : 0;
+      const int64_t w = std::min<int64_t>(n_ctx, win);
       pages += n_seq * ((w + page_size - 1) / page_size + 2);  // the window may straddle pages
+      pages += n_seq * ((sinks + page_size - 1) / page_size);  // pages holding sinks stay
       // One step's chunk sits in the stream before the window slides past it.
       const int64_t extra = std::max<int64_t>(0, std::min(n_ctx, max_chunk + w) - w);
       pages += (extra + page_size - 1) / page_size;
@@ -25,7 +30,7 @@ int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, in
 }
 
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
-                       const std::string& hash_salt) {
+                       const std::string& hash_salt, const std::vector<KvCapacity>* layout) {
   KvConfig c;
   c.n_layer = hp.n_layer;
   c.n_kv_head = hp.n_head_kv;
@@ -35,6 +40,10 @@ KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t pag
   c.dtype = KvDtype::f16;
   c.budget_bytes = budget_bytes;
   c.hash_salt = hash_salt;
+  if (layout) {
+    c.capacity = *layout;
+    return c;
+  }
   for (LayerKind k : hp.layer_kind) {
     c.capacity.push_back(k == LayerKind::sliding ? KvCapacity::sliding(hp.sliding_window)
                                                  : KvCapacity::full());

@@ -17,12 +17,15 @@ namespace sieve {
 // plus room for one step of max_chunk tokens in every window layer (a chunk's tokens are all
 // stored before the window slides past them: a 32K UniPrefill chunk needs 32K there).
 // sketch_dim: floats of sketch keys per KV head per token on full-attention layers.
+// layout: per-layer capacities to size for instead of the model's (kv_layout_for: RTPurbo's
+// window-only layers); window entries hold their sinks + window + slack.
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
-                        int32_t sketch_dim = 0, int64_t max_chunk = 512);
+                        int32_t sketch_dim = 0, int64_t max_chunk = 512,
+                        const std::vector<KvCapacity>* layout = nullptr);
 
 // KvConfig for a model: f16 K/V, one stream per layer, window capacity on sliding layers.
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
-                       const std::string& hash_salt);
+                       const std::string& hash_salt, const std::vector<KvCapacity>* layout = nullptr);
 
 // Page-pointer tables for the attention views of one step. Views stay valid until the next
 // clear() or the next mutating call on the store.

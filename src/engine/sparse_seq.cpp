@@ -12,6 +12,8 @@ SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
       n_ctx_train_(hp.n_ctx_train),
       n_units_(policy_.scope == VoteScope::layer ? 1 : hp.n_head_kv),
       head_dim_(hp.head_dim),
+      rt_window_(rt_window_for(policy_, hp)),
+      plan_ok_(policy_.uses_head_plan() && check_head_plan_for(policy_, hp).ok()),
       layers_(hp.n_layer) {
   reset();
 }
@@ -47,8 +49,53 @@ std::string policy_cache_salt(const PolicyConfig& p) {
   return p.is_dense() ? std::string() : "policy:" + p.describe();
 }
 
+int32_t rt_window_for(const PolicyConfig& p, const ModelHParams& hp) {
+  if (p.rt_window > 0) return p.rt_window;
+  if (hp.n_ctx_train <= 0) return 512;
+  return std::max(64, hp.n_ctx_train / 16);
+}
+
+namespace {
+HeadShape head_shape_of(const ModelHParams& hp) {
+  return HeadShape{hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim};
+}
+}  // namespace
+
+Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp) {
+  if (!p.uses_head_plan()) return {};
+  SIEVE_TRY(check_policy_complete(p));
+  if (Status st = check_head_plan_shape(*p.plan, head_shape_of(hp)); !st) {
+    return make_error("head plan '{}': {} (calibrate it for this model: sieve calibrate -m MODEL --out heads.json)",
+                      p.head_plan, st.message());
+  }
+  return {};
+}
+
+std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp) {
+  std::vector<KvCapacity> caps;
+  for (LayerKind k : hp.layer_kind) {
+    caps.push_back(k == LayerKind::sliding ? KvCapacity::sliding(hp.sliding_window) : KvCapacity::full());
+  }
+  if (!p || !p->uses_head_plan() || !check_head_plan_for(*p, hp).ok()) return caps;
+  const int32_t w = rt_window_for(*p, hp);
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.layer_kind[il] == LayerKind::full && p->plan->n_retrieval(il) == 0) {
+      caps[il] = KvCapacity::sliding(w, p->rt_sinks);
+    }
+  }
+  return caps;
+}
+
 SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
   SketchSpec s;
+  if (p.uses_head_plan() && p.plan && p.plan->has_indexer() && check_head_plan_for(p, hp).ok()) {
+    s.head_dim = hp.head_dim;
+    s.dim = p.plan->d_idx;
+    s.n_kv_head = hp.n_head_kv;
+    s.shared = false;
+    s.indexer = true;
+    return s;
+  }
   if (p.scorer != ScorerKind::sketch) return s;
   s.head_dim = hp.head_dim;
   s.dim = p.sketch_dim > 0 ? p.sketch_dim : std::max(1, hp.head_dim / 8);
@@ -61,6 +108,12 @@ SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
 Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have) {
   const SketchSpec want = sketch_spec_for(p, hp);
   if (want.dim == 0 || want == have) return {};
+  if (want.indexer) {
+    return make_error(
+        "policy '{}' scores with the head plan's indexer keys (d_idx {}), but this engine's KV store "
+        "keeps {}; start the engine with this policy as its default so that indexer keys are written",
+        p.preset, want.dim, have.dim == 0 ? "none" : (have.indexer ? "another plan's" : "JL sketches"));
+  }
   if (have.dim == 0) {
     return make_error(
         "policy '{}' ranks with sketch keys, but this engine's KV store keeps none; start it with "

@@ -37,6 +37,10 @@ class SparseSeq {
   // Whether selected tokens are renumbered now (positions=compact, or auto beyond training).
   bool compact(int32_t n_tokens) const;
   int32_t n_units() const { return n_units_; }
+  // RTPurbo: the local heads' window (rt_window, or n_ctx_train / 16) and the plan, when it
+  // fits the model (else nullptr: every head attends fully).
+  int32_t rt_window() const { return rt_window_; }
+  const HeadPlan* head_plan() const { return plan_ok_ ? policy_.plan.get() : nullptr; }
   SparseLayerState& layer(int32_t il) { return layers_[il]; }
   void invalidate_cache(int32_t il);
 
@@ -47,6 +51,8 @@ class SparseSeq {
   int32_t n_ctx_train_ = 0;
   int32_t n_units_ = 1;
   int32_t head_dim_ = 0;
+  int32_t rt_window_ = 0;
+  bool plan_ok_ = false;
   std::vector<SparseLayerState> layers_;
 };
 
@@ -58,6 +64,16 @@ std::string policy_cache_salt(const PolicyConfig& p);
 SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp);
 // Checks that the store's sketch keys can serve the policy; the error says what to change.
 Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have);
+
+// RTPurbo: the local heads' window for a model: rt_window, or 0 -> n_ctx_train / 16 (at least
+// 64; 512 when the trained context is unknown): SmolLM2 (8K) 512, Gemma 3 (32K) 2048.
+int32_t rt_window_for(const PolicyConfig& p, const ModelHParams& hp);
+// The policy's head plan exists (the error names `sieve calibrate`) and fits the model's shape.
+Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp);
+// Per-layer KV capacity under a policy: the model's (sliding layers keep their window), and
+// for rtpurbo every full-attention layer without a retrieval head keeps only rt_sinks +
+// the window (KvCapacity::sliding). Per-KV-head freeing inside mixed layers is not done.
+std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp);
 
 // The policy's UniPrefill selection layers exist and attend fully in this model (a clear
 // error otherwise); nothing to check for policies that do not drop prefill tokens.

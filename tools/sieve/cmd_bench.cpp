@@ -38,6 +38,7 @@ struct BenchOptions {
   int32_t warmup = 1;
   std::vector<std::string> policies = {"dense"};
   std::vector<std::string> sets;  // knobs applied to every policy but dense
+  std::string head_plan;          // --head-plan: head_plan of the rtpurbo policy
   std::string file;
   std::string dense_prefill;  // prefill the dense rows with this policy (decode stays dense)
   bool engine = false;
@@ -82,6 +83,7 @@ int run(BenchOptions o) {
   std::vector<PolicyPtr> policies;
   for (const std::string& name : o.policies) {
     PolicyFlags pf{name, "", name == "dense" ? std::vector<std::string>{} : o.sets};
+    if (name == "rtpurbo") pf.head_plan = o.head_plan;
     policies.push_back(policy_from_flags(pf));
   }
 
@@ -90,8 +92,11 @@ int run(BenchOptions o) {
    ThreadPool pool(nt);
    for (const PolicyPtr& policy : policies) {
     // No prefix cache: every repetition must compute its prompt.
+    if (Status st = check_head_plan_for(*policy, model.hp); !st) throw UserError(st.message());
     SketchProjection sketch(sketch_spec_for(*policy, model.hp));
-    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench");
+    // rtpurbo: layers without a retrieval head keep only sinks + window.
+    const std::vector<KvCapacity> layout = kv_layout_for(policy.get(), model.hp);
+    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench", &layout);
     kc.sketch_dim = sketch.spec().dim;
     int64_t max_chunk = o.n_batch;
     for (int32_t len : o.lengths) {
@@ -101,7 +106,7 @@ int run(BenchOptions o) {
             max_chunk, prefill_chunk_for(*policy_from_flags(PolicyFlags{o.dense_prefill, "", {}}), len, o.n_batch));
       }
     }
-    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk);
+    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
     kc.prefix_cache = false;
     auto store = KvStore::create(kc);
     if (!store) throw UserError(store.message());
@@ -167,6 +172,7 @@ int run(BenchOptions o) {
                           {"prefill_policy", resolved.is_dense() && !o.dense_prefill.empty() ? o.dense_prefill
                                                                                         : resolved.describe()},
                           {"selected_fraction", last.selected_fraction()},
+                          {"mean_selected_tokens", last.mean_selected()},
                           {"selection_cache_hit_rate", last.hit_rate()},
                           {"tokens_evicted", last.tokens_evicted},
                           {"prefill_row_fraction", last.prefill_row_fraction()},
@@ -211,6 +217,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--warmup", o->warmup, "warm-up runs before measuring")->check(CLI::Range(0, 10));
   app.add_option("--policies", o->policies, "attention policies to compare (dense first for ratios)")->delimiter(',');
   app.add_option("--set", o->sets, "policy knob key=value for every policy but dense (repeatable)");
+  app.add_option("--head-plan", o->head_plan, "head plan of the rtpurbo policy (sieve calibrate)");
   app.add_option("-f,--file", o->file, "prompt text, repeated to each length (default: synthetic ids)");
   app.add_option("--dense-prefill", o->dense_prefill,
                  "prefill the dense rows with this policy to save time at long lengths; dense decode "

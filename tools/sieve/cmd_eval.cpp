@@ -32,6 +32,7 @@ struct EvalOptions {
   std::vector<std::string> lengths = {"4K"};
   std::vector<std::string> policies = {"dense"};
   std::vector<std::string> sets;  // --set key=value, for every policy but dense
+  std::string head_plan;          // --head-plan: appended to every rtpurbo item
   int32_t n = 5;
   int32_t grid_n = 1;
   std::vector<double> depths = {0, 25, 50, 75, 100};
@@ -84,6 +85,7 @@ std::string command_line(const EvalOptions& o) {
   for (const std::string& m : o.models) c += " -m " + m;
   c += " --tasks " + join(o.tasks) + " --ctx " + join(o.lengths) + " --policy " + join(o.policies);
   for (const std::string& kv : o.sets) c += " --set " + kv;
+  if (!o.head_plan.empty()) c += " --head-plan " + o.head_plan;
   c += " -n " + std::to_string(o.n) + " --seed " + std::to_string(o.seed);
   if (o.grid_n != 1) c += " --grid-n " + std::to_string(o.grid_n);
   std::string d;
@@ -212,7 +214,18 @@ int run(EvalOptions& o) {
   eval::MatrixSpec spec;
   spec.tasks = *names;
   for (const std::string& s : o.lengths) spec.lengths.push_back(parse_length(s));
-  auto policies = eval::make_policy_list(o.policies, o.sets);
+  std::vector<std::string> items = o.policies;
+  if (!o.head_plan.empty()) {
+    bool any = false;
+    for (std::string& it : items) {
+      if (it == "rtpurbo" || it.rfind("rtpurbo:", 0) == 0) {
+        it += ":head_plan=" + o.head_plan;
+        any = true;
+      }
+    }
+    if (!any) throw UserError("--head-plan is read by policy rtpurbo only; list it (e.g. --policy dense,rtpurbo)");
+  }
+  auto policies = eval::make_policy_list(items, o.sets);
   if (!policies) throw UserError(policies.message());
   spec.policies = std::move(*policies);
   spec.n = o.n;
@@ -401,6 +414,7 @@ std::function<int()> setup(CLI::App& app) {
       "policy knob key=value for every listed policy except dense (repeatable); knobs:";
   for (const KnobInfo& k : policy_knobs()) set_help += " " + std::string(k.name);
   app.add_option("--set", o->sets, set_help);
+  app.add_option("--head-plan", o->head_plan, "head plan of every rtpurbo policy (sieve calibrate --out)");
   app.add_option("-n,--samples", o->n, "samples per task and length")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();

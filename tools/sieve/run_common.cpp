@@ -46,6 +46,8 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p) {
                      " from " + std::to_string(auto_min_prompt()) + " prompt tokens, dense below)");
   app.add_option("--policy-file", p.file, "policy file: JSON object or key = value lines");
   app.add_option("--set", p.sets, "policy knob key=value (repeatable; see docs/sparse.md)");
+  app.add_option("--head-plan", p.head_plan,
+                 "rtpurbo: head plan from `sieve calibrate` (same as --set head_plan=FILE)");
 }
 
 LoadedModel load_for_run(const ModelOptions& o) {
@@ -73,9 +75,17 @@ PolicyPtr policy_from_flags(const PolicyFlags& p) {
     }
   }
   if (!r) throw UserError(r.message());
+  if (!p.head_plan.empty()) {
+    if (!r->uses_head_plan()) {
+      throw UserError("--head-plan is read by policy rtpurbo only (this run's policy is " + r->preset +
+                      "); add --policy rtpurbo");
+    }
+    if (Status st = set_policy_knob(*r, "head_plan", p.head_plan); !st) throw UserError(st.message());
+  }
   for (const std::string& a : p.sets) {
     if (Status st = set_policy_knob(*r, a); !st) throw UserError(st.message());
   }
+  if (Status st = check_policy_complete(*r); !st) throw UserError(st.message());
   return std::make_shared<const PolicyConfig>(std::move(r.value()));
 }
 

@@ -35,6 +35,7 @@ struct PolicyFlags {
   std::string name = "auto";
   std::string file;               // --policy-file
   std::vector<std::string> sets;  // --set key=value (applied after the file)
+  std::string head_plan;          // --head-plan FILE: --set head_plan=FILE (rtpurbo)
 };
 
 struct LoadedModel {

@@ -1,0 +1,96 @@
+// RTPurbo's attention plan (docs/sparse.md "RTPurbo (head plan)"): for one batch entry in one
+// full-attention layer, split each KV group's query heads into local heads (sinks + sliding
+// window, prefill and decode) and retrieval heads (every key in prefill; at decode the
+// indexer's top-p tokens plus sinks + window), and pick the retrieval heads' decode keys.
+#include <algorithm>
+
+#include "engine/forward.h"
+#include "engine/sparse_seq.h"
+#include "sparse/head_plan.h"
+#include "sparse/topp.h"
+
+namespace sieve {
+
+void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
+  const BatchEntry& e = batch_[ei];
+  SparseSeq& sp = *e.sparse;
+  const PolicyConfig& P = sp.policy();
+  const HeadPlan& HP = *sp.head_plan();
+  const ModelHParams& hp = model_.hp;
+  const int32_t d = hp.head_dim, G = hp.n_gqa(), Hkv = hp.n_head_kv;
+  const int32_t n_q = n_rows_[ei];
+  const int32_t n_keys = views[0].n_tokens;
+  plan.rt = true;
+  plan.rt_window = sp.rt_window();
+  plan.rt_sinks = P.rt_sinks;
+  plan.rt_local.assign(Hkv, {});
+  plan.rt_retr.assign(Hkv, {});
+  plan.rt_list.assign(Hkv, 0);
+  plan.keys.resize(Hkv);
+  for (int32_t h = 0; h < Hkv; ++h) {
+    for (int32_t g = 0; g < G; ++g) {
+      (HP.is_retrieval(il, h * G + g) ? plan.rt_retr[h] : plan.rt_local[h]).push_back(g);
+    }
+  }
+  // Decode only: prefill of retrieval heads is full attention.
+  if (n_q != 1 || !HP.has_indexer() || !keep_pre_ || kv_.geometry().sketch_dim != HP.d_idx) return;
+  const int32_t S = P.rt_sinks, W = plan.rt_window;
+  const int32_t c0 = std::min(S, n_keys);
+  const int32_t c1 = std::max(c0, n_keys - W);  // candidates [c0, c1): neither sinks nor window
+  const int32_t n = c1 - c0;
+  if (n <= 0) return;
+  const int32_t di = HP.d_idx;
+  const KvSeqView sv = kv_.seq_view(e.seq, il);
+  const TopPParams tp{P.top_p > 0 ? P.top_p : 1.0f, P.min_keep, P.top_k};
+  const float* qrow = qpre_.data() + entry_offset_[ei] * hp.q_dim();
+  thread_local TopPScratch scratch;
+  std::vector<float> qi(di), logits(n);
+  std::vector<int32_t> sel;
+  std::vector<char> mark;
+  for (int32_t h = 0; h < Hkv; ++h) {
+    if (plan.rt_retr[h].empty()) continue;
+    const float* wk = HP.indexer_k(il, h);
+    bool fitted = wk != nullptr;
+    for (int32_t g : plan.rt_retr[h]) fitted = fitted && HP.indexer_q(il, h * G + g) != nullptr;
+    if (!fitted) continue;  // no indexer for this group: its retrieval heads read every key
+    mark.assign(n, 0);
+    for (int32_t g : plan.rt_retr[h]) {
+      // q_idx = q_preRoPE W_Q; logits = q_idx . k_idx * attn_scale; softmax; sort-free top-p.
+      const float* wq = HP.indexer_q(il, h * G + g);
+      const float* q = qrow + int64_t{h * G + g} * d;
+      std::fill(qi.begin(), qi.end(), 0.0f);
+      for (int32_t r = 0; r < d; ++r) {
+        for (int32_t c = 0; c < di; ++c) qi[c] += q[r] * wq[int64_t{r} * di + c];
+      }
+      for (int32_t j = 0; j < n; ++j) {
+        const float* k = sv.sketch(c0 + j) + int64_t{h} * di;
+        float s = 0;
+        for (int32_t c = 0; c < di; ++c) s += qi[c] * k[c];
+        logits[j] = s;
+      }
+      top_p_select_logits(logits.data(), n, hp.attn_scale, tp, sel, scratch);
+      for (int32_t j : sel) mark[j] = 1;
+    }
+    // The group's retrieval heads read the union of their picks, plus sinks and window.
+    std::vector<int32_t>& keys = plan.keys[h];
+    keys.clear();
+    for (int32_t j = 0; j < c0; ++j) keys.push_back(j);
+    int32_t picked = 0;
+    for (int32_t j = 0; j < n; ++j) {
+      if (mark[j]) {
+        keys.push_back(c0 + j);
+        ++picked;
+      }
+    }
+    for (int32_t j = c1; j < n_keys; ++j) keys.push_back(j);
+    plan.rt_list[h] = 1;
+    // The adaptive budget: per (layer, KV group) selection, tokens picked among candidates.
+    sp.stats.layer_steps++;
+    sp.stats.selections++;
+    sp.stats.selected_tokens += picked;
+    sp.stats.context_tokens += n;
+    sp.stats.bytes_read += int64_t{n} * di * 4 + static_cast<int64_t>(keys.size()) * d * 2 * 2;
+  }
+}
+
+}  // namespace sieve

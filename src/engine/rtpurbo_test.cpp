@@ -1,0 +1,245 @@
+// RTPurbo in the forward pass (docs/sparse.md "RTPurbo (head plan)"): local heads read sinks +
+// a window (a strong key outside it is ignored), an all-local plan with a window covering the
+// context equals dense, the retrieval heads' indexer path selects keys and, given every
+// candidate, equals dense; the policy asks for its head plan and layers without retrieval heads
+// keep only sinks + window in the KV store.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "backend/cpu/attention.h"
+#include "core/fp16.h"
+#include "engine/engine_test_util.h"
+#include "engine/forward.h"
+#include "engine/generate.h"
+#include "engine/kv_binding.h"
+#include "engine/sparse_seq.h"
+#include "sparse/head_plan.h"
+
+namespace sieve {
+namespace {
+
+// One KV head of n tokens at positions 0..n-1, pages of ps tokens, random K/V.
+struct Head {
+  int d, ps, n;
+  std::vector<uint16_t> k, v;
+  std::vector<const uint16_t*> kp, vp;
+  Head(int d_, int ps_, int n_, std::mt19937& rng) : d(d_), ps(ps_), n(n_) {
+    std::normal_distribution<float> nd(0, 1);
+    const int n_pages = (n + ps - 1) / ps;
+    k.resize(static_cast<size_t>(n_pages) * ps * d);
+    v.resize(k.size());
+    for (auto& x : k) x = f32_to_fp16(nd(rng));
+    for (auto& x : v) x = f32_to_fp16(nd(rng));
+    for (int p = 0; p < n_pages; ++p) {
+      kp.push_back(k.data() + static_cast<size_t>(p) * ps * d);
+      vp.push_back(v.data() + static_cast<size_t>(p) * ps * d);
+    }
+  }
+  KvHeadView view() const {
+    KvHeadView h;
+    h.k_pages = kp.data();
+    h.v_pages = vp.data();
+    h.page_size = ps;
+    h.row_stride = d;
+    h.n_tokens = n;
+    return h;
+  }
+};
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(RtPurbo, LocalHeadIgnoresStrongKeyOutsideWindow) {
+  std::mt19937 rng(3);
+  const int d = 32, n = 300, W = 40, S = 4, G = 2, nq = 37;
+  Head h(d, 8, n, rng);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(nq) * G * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> qpos(nq);
+  for (int t = 0; t < nq; ++t) qpos[t] = n - nq + t;
+  // A key far outside every row's window and past the sinks that matches the last query.
+  const int strong = 120;
+  for (int c = 0; c < d; ++c) h.k[static_cast<size_t>(strong) * d + c] = f32_to_fp16(20.0f * q[(nq - 1) * G * d + c]);
+  AttnQuery aq{q.data(), qpos.data(), nq, G, d, 0.2f, W, S};
+  std::vector<float> o(q.size()), ref(q.size()), lst(q.size());
+  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o.data());
+  attend_ref(aq, h.view(), KeySet{nullptr, 0, 0, n}, ref.data());
+  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
+  // The same as attention over the explicit set sinks + window, row by row.
+  for (int t = 0; t < nq; ++t) {
+    std::vector<int32_t> keys;
+    for (int j = 0; j < S; ++j) keys.push_back(j);
+    for (int j = std::max(S, qpos[t] - W + 1); j <= qpos[t]; ++j) keys.push_back(j);
+    AttnQuery one{q.data() + static_cast<size_t>(t) * G * d, &qpos[t], 1, G, d, 0.2f, 0, 0};
+    attend(one, h.view(), KeySet{keys.data(), static_cast<int32_t>(keys.size()), 0, 0},
+           lst.data() + static_cast<size_t>(t) * G * d);
+  }
+  EXPECT_LT(max_abs_diff(o, lst), 2e-5f);
+  // Changing the strong key changes nothing; without the sinks the result differs.
+  for (int c = 0; c < d; ++c) h.k[static_cast<size_t>(strong) * d + c] = f32_to_fp16(-20.0f * q[c]);
+  std::vector<float> o2(q.size()), no_sink(q.size());
+  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o2.data());
+  EXPECT_EQ(o, o2);
+  AttnQuery ws{q.data(), qpos.data(), nq, G, d, 0.2f, W, 0};
+  attend(ws, h.view(), KeySet{nullptr, 0, 0, n}, no_sink.data());
+  EXPECT_GT(max_abs_diff(o, no_sink), 1e-4f);
+}
+
+std::vector<int32_t> prompt_of(const Model& m, int n_tokens) {
+  std::string t = "Notes from the archive. ";
+  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
+  for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
+    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
+  }
+  auto ids = m.tokenizer->encode(t, true, false);
+  ids.resize(n_tokens);
+  return ids;
+}
+
+struct Out {
+  std::vector<std::vector<float>> logits;
+  SparseStats stats;
+  int64_t kv_bytes = 0;
+};
+
+// Chunked prefill then greedy decode in a store laid out for the policy (kv_layout_for).
+Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec, const PolicyConfig* policy) {
+  ThreadPool pool(2);
+  SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
+  const std::vector<KvCapacity> layout = kv_layout_for(policy, m.hp);
+  KvConfig c = kv_config_for(m.hp, 0, 16, "test", &layout);
+  c.sketch_dim = sketch.spec().dim;
+  c.budget_bytes = kv_budget_bytes(m.hp, 4096, 1, 16, c.sketch_dim, chunk, &layout);
+  auto store = KvStore::create(c);
+  EXPECT_TRUE(store.ok()) << store.message();
+  KvStore& kv = store.value();
+  Forward fwd(m, pool, kv, &sketch);
+  std::unique_ptr<SparseSeq> sp;
+  if (policy) sp = std::make_unique<SparseSeq>(*policy, m.hp);
+  auto added = kv.add_sequence({});
+  const KvSeqId seq = added->seq;
+  Out r;
+  std::vector<int32_t> toks = prompt;
+  std::vector<float> logits;
+  auto step = [&](std::span<const int32_t> t) {
+    const KvAppend app{seq, t};
+    auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
+    ASSERT_TRUE(room.ok() && room->fits());
+    BatchEntry e{seq, t, false, sp.get()};
+    ASSERT_TRUE(fwd.run(std::span<const BatchEntry>(&e, 1), logits).ok());
+    r.logits.push_back(logits);
+  };
+  for (size_t i = 0; i < prompt.size(); i += chunk) {
+    step(std::span<const int32_t>(prompt.data() + i, std::min<size_t>(chunk, prompt.size() - i)));
+  }
+  for (int g = 0; g < n_dec; ++g) {
+    toks.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    step(std::span<const int32_t>(&toks.back(), 1));
+  }
+  r.kv_bytes = kv.seq_bytes(seq);
+  if (sp) r.stats = sp->stats;
+  return r;
+}
+
+HeadShape shape_of(const Model& m) { return {m.hp.n_layer, m.hp.n_head, m.hp.n_head_kv, m.hp.head_dim}; }
+
+std::string save_tmp(const HeadPlan& plan, const char* name) {
+  const std::string path = ::testing::TempDir() + name;
+  EXPECT_TRUE(save_head_plan(plan, path).ok());
+  return path;
+}
+
+TEST(RtPurbo, PolicyNeedsAHeadPlan) {
+  auto p = make_policy("rtpurbo", std::vector<std::string>{});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.message().find("sieve calibrate -m MODEL --out heads.json"), std::string::npos) << p.message();
+  auto bad = make_policy("rtpurbo", std::vector<std::string>{"head_plan=/nonexistent/heads.json"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("head_plan"), std::string::npos) << bad.message();
+}
+
+TEST(RtPurbo, AllLocalWideWindowEqualsDense) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const int n = test_short_mode() ? 80 : 160;
+  const auto prompt = prompt_of(*m, n);
+  const Out dense = run(*m, prompt, 64, 3, nullptr);
+  const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_all_local.json");
+  auto p = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=100000"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  // Every layer is window-only (no retrieval head), with a window wider than the context.
+  for (const KvCapacity& c : kv_layout_for(&*p, m->hp)) EXPECT_TRUE(c.is_window());
+  const Out rt = run(*m, prompt, 64, 3, &*p);
+  ASSERT_EQ(rt.logits.size(), dense.logits.size());
+  for (size_t s = 0; s < rt.logits.size(); ++s) EXPECT_LT(max_abs_diff(rt.logits[s], dense.logits[s]), 1e-5f) << s;
+  // A shape mismatch is an error, not a crash.
+  HeadPlan other = HeadPlan::empty(HeadShape{3, 9, 3, 64});
+  auto q = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + save_tmp(other, "rt_other.json")});
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(check_head_plan_for(*q, m->hp).ok());
+}
+
+TEST(RtPurbo, SmallWindowKeepsLessKvAndChangesOutput) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = prompt_of(*m, 200);
+  const Out dense = run(*m, prompt, 64, 2, nullptr);
+  const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_all_local2.json");
+  auto p = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=32", "rt_sinks=4"});
+  ASSERT_TRUE(p.ok()) << p.message();
+  const Out rt = run(*m, prompt, 64, 2, &*p);
+  EXPECT_LT(rt.kv_bytes, dense.kv_bytes / 2);
+  EXPECT_GT(max_abs_diff(rt.logits.back(), dense.logits.back()), 1e-3f);
+  for (float x : rt.logits.back()) ASSERT_TRUE(std::isfinite(x));
+}
+
+// A plan whose every head is a retrieval head with an identity indexer (d_idx = head_dim):
+// the indexer scores are the pre-RoPE q.k.
+HeadPlan identity_plan(const Model& m) {
+  HeadPlan plan = HeadPlan::empty(shape_of(m));
+  std::fill(plan.retrieval.begin(), plan.retrieval.end(), uint8_t{1});
+  const int d = m.hp.head_dim;
+  plan.d_idx = d;
+  std::vector<float> eye(static_cast<size_t>(d) * d, 0.0f);
+  for (int i = 0; i < d; ++i) eye[static_cast<size_t>(i) * d + i] = 1.0f;
+  plan.w_q.assign(static_cast<size_t>(m.hp.n_layer) * m.hp.n_head, eye);
+  plan.w_k.assign(static_cast<size_t>(m.hp.n_layer) * m.hp.n_head_kv, eye);
+  plan.fit.assign(static_cast<size_t>(m.hp.n_layer) * m.hp.n_head, IndexerFit{});
+  return plan;
+}
+
+TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = prompt_of(*m, 240);
+  const Out dense = run(*m, prompt, 64, 3, nullptr);
+  const std::string path = save_tmp(identity_plan(*m), "rt_identity.json");
+  // Every candidate selected (floor above the context): equals dense.
+  auto all = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
+                                                             "min_keep=100000", "top_k=100000"});
+  ASSERT_TRUE(all.ok()) << all.message();
+  EXPECT_EQ(sketch_spec_for(*all, m->hp).dim, m->hp.head_dim);
+  const Out full = run(*m, prompt, 64, 3, &*all);
+  for (size_t s = 0; s < full.logits.size(); ++s) EXPECT_LT(max_abs_diff(full.logits[s], dense.logits[s]), 1e-4f) << s;
+  EXPECT_GT(full.stats.layer_steps, 0);
+  EXPECT_NEAR(full.stats.selected_fraction(), 1.0, 1e-9);
+  // top-p 0.5: fewer tokens, still finite.
+  auto half = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
+                                                              "top_p=0.5", "min_keep=0"});
+  ASSERT_TRUE(half.ok()) << half.message();
+  const Out h = run(*m, prompt, 64, 3, &*half);
+  EXPECT_GT(h.stats.layer_steps, 0);
+  EXPECT_LT(h.stats.selected_fraction(), 0.9);
+  EXPECT_GT(h.stats.mean_selected(), 0.0);
+  for (float x : h.logits.back()) ASSERT_TRUE(std::isfinite(x));
+}
+
+}  // namespace
+}  // namespace sieve

@@ -57,6 +57,7 @@ class LocalRunner final : public Runner_i {
     c.prefill_ms = st->prefill_ms;
     c.decode_ms = st->decode_ms;
     c.selected_fraction = st->sparse.selected_fraction();
+    c.mean_selected = st->sparse.layer_steps > 0 ? st->sparse.mean_selected() : -1;
     c.policy = st->policy;
     return c;
   }

@@ -148,6 +148,7 @@ Result<std::vector<SampleRecord>> run_matrix(const MatrixSpec& spec, const RunId
     r.prefill_ms = c->prefill_ms;
     r.decode_ms = c->decode_ms;
     r.selected_fraction = c->selected_fraction;
+    r.mean_selected = c->mean_selected;
     r.policy_ran = c->policy;
     r.finished_at = utc_now_iso();
     SIEVE_TRY(store.append(r));

@@ -65,6 +65,7 @@ json to_json(const SampleRecord& r) {
   j["prefill_ms"] = r.prefill_ms;
   j["decode_ms"] = r.decode_ms;
   j["selected_fraction"] = r.selected_fraction < 0 ? json(nullptr) : json(r.selected_fraction);
+  j["mean_selected_tokens"] = r.mean_selected < 0 ? json(nullptr) : json(r.mean_selected);
   j["policy_ran"] = r.policy_ran;
   j["finished_at"] = r.finished_at;
   return j;
@@ -107,6 +108,9 @@ Result<SampleRecord> record_from_json(const json& j) {
     r.selected_fraction = j.contains("selected_fraction") && j["selected_fraction"].is_number()
                               ? j["selected_fraction"].get<double>()
                               : -1;
+    r.mean_selected = j.contains("mean_selected_tokens") && j["mean_selected_tokens"].is_number()
+                          ? j["mean_selected_tokens"].get<double>()
+                          : -1;
     r.policy_ran = j.value("policy_ran", "");
     r.finished_at = j.value("finished_at", "");
   } catch (const std::exception& e) {

@@ -51,6 +51,7 @@ struct SampleRecord {
   double prefill_ms = 0;
   double decode_ms = 0;
   double selected_fraction = -1;  // fraction of the KV attention read; < 0: not reported (null)
+  double mean_selected = -1;      // mean tokens per selection (SparseStats); < 0: not reported (null)
   std::string policy_ran;         // the policy the backend says ran (auto resolved); "" unknown
   std::string finished_at;        // UTC, ISO 8601
 };

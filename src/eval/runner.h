@@ -42,6 +42,9 @@ struct Completion {
   // Fraction of the KV that attention read over the request (the engine's SparseStats);
   // < 0 when the backend does not say (a server without Sieve's "sieve" answer field).
   double selected_fraction = -1;
+  // Mean keys selected per (layer, unit) selection (rtpurbo: the indexer's adaptive budget);
+  // < 0 when not reported.
+  double mean_selected = -1;
   std::string policy;  // the policy that ran as the backend reports it (auto resolved); "" unknown
 };
 

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gguf/test_models.h"
 #include "model/model.h"
@@ -18,6 +20,18 @@ inline std::shared_ptr<const Model> test_smollm2() {
     return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
   }();
   return m;
+}
+
+// A synthetic document of exactly n_tokens tokens (numbered records; deterministic).
+inline std::vector<int32_t> test_long_prompt(const Model& m, int n_tokens) {
+  std::string t = "Notes from the archive. ";
+  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
+  for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
+    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
+  }
+  auto ids = m.tokenizer->encode(t, true, false);
+  ids.resize(n_tokens);
+  return ids;
 }
 
 // Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.

@@ -92,16 +92,7 @@ TEST(RtPurbo, LocalHeadIgnoresStrongKeyOutsideWindow) {
   EXPECT_GT(max_abs_diff(o, no_sink), 1e-4f);
 }
 
-std::vector<int32_t> prompt_of(const Model& m, int n_tokens) {
-  std::string t = "Notes from the archive. ";
-  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
-  for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
-    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
-  }
-  auto ids = m.tokenizer->encode(t, true, false);
-  ids.resize(n_tokens);
-  return ids;
-}
+std::vector<int32_t> prompt_of(const Model& m, int n_tokens) { return test_long_prompt(m, n_tokens); }
 
 struct Out {
   std::vector<std::vector<float>> logits;

@@ -20,16 +20,7 @@ namespace {
 std::shared_ptr<const Model> smollm2() { return test_smollm2(); }
 bool short_mode() { return test_short_mode(); }
 
-std::vector<int32_t> long_prompt(const Model& m, int n_tokens) {
-  std::string t = "Notes from the archive. ";
-  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
-  for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
-    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
-  }
-  auto ids = m.tokenizer->encode(t, true, false);
-  ids.resize(n_tokens);
-  return ids;
-}
+std::vector<int32_t> long_prompt(const Model& m, int n_tokens) { return test_long_prompt(m, n_tokens); }
 
 struct RunOut {
   std::vector<std::vector<float>> logits;  // per step

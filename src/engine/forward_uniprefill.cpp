@@ -144,6 +144,9 @@ int64_t Forward::uniprefill_select(int il, int64_t n_tok) {
       if (src != to) {
         std::copy(h_.data() + src * E, h_.data() + (src + 1) * E, h_.data() + to * E);
         std::copy(q_.data() + src * qd, q_.data() + (src + 1) * qd, q_.data() + to * qd);
+        if (keep_pre_) {  // RTPurbo's indexer reads a decode row's pre-RoPE query at its offset
+          std::copy(qpre_.data() + src * qd, qpre_.data() + (src + 1) * qd, qpre_.data() + to * qd);
+        }
         pos_[to] = pos_[src];
       }
       if (!drop_[i].live.empty()) drop_[i].live[n] = drop_[i].live[r];

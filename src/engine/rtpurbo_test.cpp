@@ -234,3 +234,63 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// A batch mixing a UniPrefill prompt that drops rows with an rtpurbo decode: after the drop
+// compacts the batch, the decode's indexer must still read its own pre-RoPE query row
+// (regression: it read the row at its old offset). Its logits equal the same decode alone.
+TEST(RtPurbo, DecodeBesideADroppingPrefillReadsItsOwnQuery) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt_b = prompt_of(*m, 200);
+  const auto prompt_a = prompt_of(*m, 320);
+  const std::string path = save_tmp(identity_plan(*m), "rt_identity_mixed.json");
+  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
+                                                            "top_p=0.5", "min_keep=0"});
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  PolicyConfig up = *make_policy("uniprefill");
+  up.up_min_prompt = 0;
+  up.up_layers = {2};
+  up.up_p = 0.3f;
+  up.up_block = 16;
+  up.up_sinks = 16;
+  up.up_tail = 32;
+  ThreadPool pool(2);
+  SketchProjection sketch(sketch_spec_for(*rt, m->hp));
+  const std::vector<KvCapacity> layout = kv_layout_for(&*rt, m->hp);
+  auto decode_b = [&](bool with_a) {
+    KvConfig c = kv_config_for(m->hp, 0, 16, "test", &layout);
+    c.sketch_dim = sketch.spec().dim;
+    c.budget_bytes = kv_budget_bytes(m->hp, 1024, 2, 16, c.sketch_dim, 512, &layout);
+    KvStore kv = std::move(KvStore::create(c).value());
+    Forward fwd(*m, pool, kv, &sketch);
+    SparseSeq sb(*rt, m->hp), sa(up, m->hp);
+    const KvSeqId b = kv.add_sequence({})->seq, a = kv.add_sequence({})->seq;
+    std::vector<float> logits;
+    auto step = [&](std::vector<BatchEntry> batch) {
+      std::vector<KvAppend> apps;
+      for (const BatchEntry& e : batch) apps.push_back({e.seq, e.tokens});
+      auto room = kv.reserve(apps);
+      EXPECT_TRUE(room.ok() && room->fits());
+      const Status st = fwd.run(batch, logits);
+      EXPECT_TRUE(st.ok()) << st.message();
+    };
+    step({BatchEntry{b, prompt_b, false, &sb}});
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (with_a) {
+      step({BatchEntry{a, prompt_a, false, &sa}, BatchEntry{b, std::span<const int32_t>(&next, 1), false, &sb}});
+      EXPECT_GT(sa.stats.prefill_dropped, 0);
+      return std::vector<float>(logits.begin() + m->hp.n_vocab, logits.end());
+    }
+    step({BatchEntry{b, std::span<const int32_t>(&next, 1), false, &sb}});
+    return logits;
+  };
+  const std::vector<float> alone = decode_b(false), mixed = decode_b(true);
+  ASSERT_EQ(alone.size(), mixed.size());
+  EXPECT_LT(max_abs_diff(alone, mixed), 1e-5f);
+}
+
+}  // namespace
+}  // namespace sieve

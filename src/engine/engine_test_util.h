@@ -2,6 +2,8 @@
 // binary (nullptr when absent: tests GTEST_SKIP), and the short mode the sanitizer run uses.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -32,6 +34,13 @@ inline std::vector<int32_t> test_long_prompt(const Model& m, int n_tokens) {
   auto ids = m.tokenizer->encode(t, true, false);
   ids.resize(n_tokens);
   return ids;
+}
+
+// Largest element-wise difference of two equally long vectors (logits).
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
 }
 
 // Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.

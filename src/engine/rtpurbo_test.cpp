@@ -1,5 +1,5 @@
-// RTPurbo in the forward pass (docs/sparse.md "RTPurbo (head plan)"): local heads read sinks +
-// a window (a strong key outside it is ignored), an all-local plan with a window covering the
+// RTPurbo in the forward pass (docs/sparse.md "RTPurbo (head plan)"; the sinks + window kernel
+// option is tested in src/backend/cpu/attention_test.cpp): an all-local plan with a window covering the
 // context equals dense, the retrieval heads' indexer path selects keys and, given every
 // candidate, equals dense; the policy asks for its head plan and layers without retrieval heads
 // keep only sinks + window in the KV store.
@@ -7,10 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 
-#include "backend/cpu/attention.h"
-#include "core/fp16.h"
 #include "engine/engine_test_util.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
@@ -20,77 +17,6 @@
 
 namespace sieve {
 namespace {
-
-// One KV head of n tokens at positions 0..n-1, pages of ps tokens, random K/V.
-struct Head {
-  int d, ps, n;
-  std::vector<uint16_t> k, v;
-  std::vector<const uint16_t*> kp, vp;
-  Head(int d_, int ps_, int n_, std::mt19937& rng) : d(d_), ps(ps_), n(n_) {
-    std::normal_distribution<float> nd(0, 1);
-    const int n_pages = (n + ps - 1) / ps;
-    k.resize(static_cast<size_t>(n_pages) * ps * d);
-    v.resize(k.size());
-    for (auto& x : k) x = f32_to_fp16(nd(rng));
-    for (auto& x : v) x = f32_to_fp16(nd(rng));
-    for (int p = 0; p < n_pages; ++p) {
-      kp.push_back(k.data() + static_cast<size_t>(p) * ps * d);
-      vp.push_back(v.data() + static_cast<size_t>(p) * ps * d);
-    }
-  }
-  KvHeadView view() const {
-    KvHeadView h;
-    h.k_pages = kp.data();
-    h.v_pages = vp.data();
-    h.page_size = ps;
-    h.row_stride = d;
-    h.n_tokens = n;
-    return h;
-  }
-};
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-TEST(RtPurbo, LocalHeadIgnoresStrongKeyOutsideWindow) {
-  std::mt19937 rng(3);
-  const int d = 32, n = 300, W = 40, S = 4, G = 2, nq = 37;
-  Head h(d, 8, n, rng);
-  std::normal_distribution<float> nd(0, 1);
-  std::vector<float> q(static_cast<size_t>(nq) * G * d);
-  for (auto& x : q) x = nd(rng);
-  std::vector<int32_t> qpos(nq);
-  for (int t = 0; t < nq; ++t) qpos[t] = n - nq + t;
-  // A key far outside every row's window and past the sinks that matches the last query.
-  const int strong = 120;
-  for (int c = 0; c < d; ++c) h.k[static_cast<size_t>(strong) * d + c] = f32_to_fp16(20.0f * q[(nq - 1) * G * d + c]);
-  AttnQuery aq{q.data(), qpos.data(), nq, G, d, 0.2f, W, S};
-  std::vector<float> o(q.size()), ref(q.size()), lst(q.size());
-  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o.data());
-  attend_ref(aq, h.view(), KeySet{nullptr, 0, 0, n}, ref.data());
-  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
-  // The same as attention over the explicit set sinks + window, row by row.
-  for (int t = 0; t < nq; ++t) {
-    std::vector<int32_t> keys;
-    for (int j = 0; j < S; ++j) keys.push_back(j);
-    for (int j = std::max(S, qpos[t] - W + 1); j <= qpos[t]; ++j) keys.push_back(j);
-    AttnQuery one{q.data() + static_cast<size_t>(t) * G * d, &qpos[t], 1, G, d, 0.2f, 0, 0};
-    attend(one, h.view(), KeySet{keys.data(), static_cast<int32_t>(keys.size()), 0, 0},
-           lst.data() + static_cast<size_t>(t) * G * d);
-  }
-  EXPECT_LT(max_abs_diff(o, lst), 2e-5f);
-  // Changing the strong key changes nothing; without the sinks the result differs.
-  for (int c = 0; c < d; ++c) h.k[static_cast<size_t>(strong) * d + c] = f32_to_fp16(-20.0f * q[c]);
-  std::vector<float> o2(q.size()), no_sink(q.size());
-  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o2.data());
-  EXPECT_EQ(o, o2);
-  AttnQuery ws{q.data(), qpos.data(), nq, G, d, 0.2f, W, 0};
-  attend(ws, h.view(), KeySet{nullptr, 0, 0, n}, no_sink.data());
-  EXPECT_GT(max_abs_diff(o, no_sink), 1e-4f);
-}
 
 std::vector<int32_t> prompt_of(const Model& m, int n_tokens) { return test_long_prompt(m, n_tokens); }
 

@@ -87,12 +87,6 @@ RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, 
   return r;
 }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
 TEST(Sparse, UnlimitedBudgetEqualsDenseForEveryPreset) {
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";

@@ -6,47 +6,13 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/attention_test_util.h"
 #include "backend/cpu/ops.h"
 #include "core/fp16.h"
 
 namespace sieve {
 namespace {
 
-// A paged KV head with awkward sizes, random contents.
-struct PagedHead {
-  int d, page_size, n_tokens;
-  std::vector<std::vector<uint16_t>> kp, vp;
-  std::vector<const uint16_t*> kptr, vptr;
-  std::vector<int32_t> pos;
-  std::vector<const int32_t*> pos_ptr;
-  PagedHead(int d_, int ps, int n, std::mt19937& rng, int pos_stride = 1) : d(d_), page_size(ps), n_tokens(n) {
-    std::normal_distribution<float> nd(0, 1);
-    const int n_pages = (n + ps - 1) / ps;
-    kp.resize(n_pages);
-    vp.resize(n_pages);
-    for (int p = 0; p < n_pages; ++p) {
-      kp[p].resize(ps * d);
-      vp[p].resize(ps * d);
-      for (auto& x : kp[p]) x = f32_to_fp16(nd(rng));
-      for (auto& x : vp[p]) x = f32_to_fp16(nd(rng));
-      kptr.push_back(kp[p].data());
-      vptr.push_back(vp[p].data());
-    }
-    pos.resize(static_cast<size_t>(n_pages) * ps);
-    for (int j = 0; j < n; ++j) pos[j] = j * pos_stride + 3;
-    for (int p = 0; p < n_pages; ++p) pos_ptr.push_back(pos.data() + static_cast<size_t>(p) * ps);
-  }
-  KvHeadView view() const {
-    KvHeadView v;
-    v.k_pages = kptr.data();
-    v.v_pages = vptr.data();
-    v.page_size = page_size;
-    v.row_stride = d;
-    v.n_tokens = n_tokens;
-    v.pos_pages = pos_ptr.data();
-    return v;
-  }
-};
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
@@ -194,6 +160,46 @@ TEST(Attend, PrefillRowEqualsSplitSegmentsBitwise) {
     }
   }
 }
+
+// RTPurbo's local heads: sinks next to a sliding window (AttnQuery::n_sink).
+TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
+  std::mt19937 rng(3);
+  const int d = 32, n = 300, W = 40, S = 4, G = 2, nq = 37;
+  PagedHead h(d, 8, n, rng, 1, 0);  // positions 0..n-1
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(nq) * G * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> qpos(nq);
+  for (int t = 0; t < nq; ++t) qpos[t] = n - nq + t;
+  // A key far outside every row's window and past the sinks that matches the last query.
+  const int strong = 120;
+  uint16_t* strong_k = h.kp[strong / 8].data() + (strong % 8) * d;
+  for (int c = 0; c < d; ++c) strong_k[c] = f32_to_fp16(20.0f * q[(nq - 1) * G * d + c]);
+  AttnQuery aq{q.data(), qpos.data(), nq, G, d, 0.2f, W, S};
+  std::vector<float> o(q.size()), ref(q.size()), lst(q.size());
+  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o.data());
+  attend_ref(aq, h.view(), KeySet{nullptr, 0, 0, n}, ref.data());
+  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
+  // The same as attention over the explicit set sinks + window, row by row.
+  for (int t = 0; t < nq; ++t) {
+    std::vector<int32_t> keys;
+    for (int j = 0; j < S; ++j) keys.push_back(j);
+    for (int j = std::max(S, qpos[t] - W + 1); j <= qpos[t]; ++j) keys.push_back(j);
+    AttnQuery one{q.data() + static_cast<size_t>(t) * G * d, &qpos[t], 1, G, d, 0.2f, 0, 0};
+    attend(one, h.view(), KeySet{keys.data(), static_cast<int32_t>(keys.size()), 0, 0},
+           lst.data() + static_cast<size_t>(t) * G * d);
+  }
+  EXPECT_LT(max_abs_diff(o, lst), 2e-5f);
+  // Changing the strong key changes nothing; without the sinks the result differs.
+  for (int c = 0; c < d; ++c) strong_k[c] = f32_to_fp16(-20.0f * q[c]);
+  std::vector<float> o2(q.size()), no_sink(q.size());
+  attend(aq, h.view(), KeySet{nullptr, 0, 0, n}, o2.data());
+  EXPECT_EQ(o, o2);
+  AttnQuery ws{q.data(), qpos.data(), nq, G, d, 0.2f, W, 0};
+  attend(ws, h.view(), KeySet{nullptr, 0, 0, n}, no_sink.data());
+  EXPECT_GT(max_abs_diff(o, no_sink), 1e-4f);
+}
+
 
 }  // namespace
 }  // namespace sieve

@@ -16,7 +16,6 @@
 namespace sieve {
 
 Status Forward::uniprefill_begin(std::span<const BatchEntry> batch) {
-  const ModelHParams& hp = model_.hp;
   drop_.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
@@ -28,9 +27,7 @@ Status Forward::uniprefill_begin(std::span<const BatchEntry> batch) {
     const int32_t n_chunk = static_cast<int32_t>(e.tokens.size());
     // Decode steps, short prompts and chunks with nothing droppable run dense.
     if (n_chunk <= P.up_tail || kv_.n_tokens(e.seq) < P.up_min_prompt) continue;
-    std::vector<uint8_t> full(hp.n_layer);
-    for (int l = 0; l < hp.n_layer; ++l) full[l] = hp.layer_kind[l] == LayerKind::full;
-    auto layers = uniprefill_layers(P, full);
+    auto layers = uniprefill_layers_for(P, model_.hp);
     if (!layers) return layers.error();
     d.layers = std::move(*layers);
     d.live.resize(n_chunk);

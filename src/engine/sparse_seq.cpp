@@ -161,11 +161,15 @@ Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHPa
   return {};
 }
 
-Status check_uniprefill_layers(const PolicyConfig& p, const ModelHParams& hp) {
-  if (!p.drops_prefill()) return {};
+Result<std::vector<int32_t>> uniprefill_layers_for(const PolicyConfig& p, const ModelHParams& hp) {
   std::vector<uint8_t> full(hp.n_layer);
   for (int l = 0; l < hp.n_layer; ++l) full[l] = hp.layer_kind[l] == LayerKind::full;
-  auto layers = uniprefill_layers(p, full);
+  return uniprefill_layers(p, full);
+}
+
+Status check_uniprefill_layers(const PolicyConfig& p, const ModelHParams& hp) {
+  if (!p.drops_prefill()) return {};
+  auto layers = uniprefill_layers_for(p, hp);
   if (!layers) return layers.error();
   return {};
 }

@@ -75,8 +75,10 @@ Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp);
 // the window (KvCapacity::sliding). Per-KV-head freeing inside mixed layers is not done.
 std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp);
 
-// The policy's UniPrefill selection layers exist and attend fully in this model (a clear
-// error otherwise); nothing to check for policies that do not drop prefill tokens.
+// The policy's UniPrefill selection layers in this model (uniprefill_layers() over its
+// layer kinds): an error when a listed layer does not exist or does not attend fully.
+Result<std::vector<int32_t>> uniprefill_layers_for(const PolicyConfig& p, const ModelHParams& hp);
+// The same check up front (admission); nothing to check for policies that do not drop.
 Status check_uniprefill_layers(const PolicyConfig& p, const ModelHParams& hp);
 // The prefill chunk a policy wants for a prompt of n tokens: UniPrefill prefills a long
 // prompt in one chunk of up to up_chunk tokens (its importance comes from the prompt's last

@@ -82,10 +82,12 @@ int run(BenchOptions o) {
   }
   std::vector<PolicyPtr> policies;
   for (const std::string& name : o.policies) {
-    PolicyFlags pf{name, "", name == "dense" ? std::vector<std::string>{} : o.sets};
-    if (name == "rtpurbo") pf.head_plan = o.head_plan;
-    policies.push_back(policy_from_flags(pf));
+    policies.push_back(policy_from_flags(PolicyFlags{name, "", name == "dense" ? std::vector<std::string>{} : o.sets,
+                                                     name == "rtpurbo" ? o.head_plan : std::string()}));
   }
+  // --dense-prefill: the policy the dense rows prefill with, parsed once.
+  const PolicyPtr dense_prefill =
+      o.dense_prefill.empty() ? nullptr : policy_from_flags(PolicyFlags{o.dense_prefill, "", {}, ""});
 
   nlohmann::json results = nlohmann::json::array();
   for (int32_t nt : o.threads) {
@@ -101,10 +103,7 @@ int run(BenchOptions o) {
     int64_t max_chunk = o.n_batch;
     for (int32_t len : o.lengths) {
       max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(resolve_auto(*policy, len), len, o.n_batch));
-      if (!o.dense_prefill.empty()) {
-        max_chunk = std::max<int64_t>(
-            max_chunk, prefill_chunk_for(*policy_from_flags(PolicyFlags{o.dense_prefill, "", {}}), len, o.n_batch));
-      }
+      if (dense_prefill) max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
     }
     kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
     kc.prefix_cache = false;
@@ -123,9 +122,7 @@ int run(BenchOptions o) {
         const KvSeqId seq = added->seq;
         std::unique_ptr<SparseSeq> sp, pre;
         if (!resolved.is_dense()) sp = std::make_unique<SparseSeq>(resolved, model.hp);
-        if (resolved.is_dense() && !o.dense_prefill.empty()) {
-          pre = std::make_unique<SparseSeq>(*policy_from_flags(PolicyFlags{o.dense_prefill, "", {}}), model.hp);
-        }
+        if (resolved.is_dense() && dense_prefill) pre = std::make_unique<SparseSeq>(*dense_prefill, model.hp);
         std::vector<float> logits;
         auto t0 = std::chrono::steady_clock::now();
         // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).

@@ -33,6 +33,11 @@ float tile_exp_ref(float* s, int n, float m) {
   }
   return sum;
 }
+float tile_max_ref(const float* s, int n) {
+  float m = kNegInf;
+  for (int t = 0; t < n; ++t) m = std::max(m, s[t]);
+  return m;
+}
 // o = o * alpha + sum_t p[t] * v[t]
 void tile_accum_ref(const float* p, const float* v, int n, int d, float alpha, float* o) {
   for (int i = 0; i < d; ++i) o[i] *= alpha;
@@ -72,21 +77,52 @@ SIEVE_AVX2 inline __m256 exp_neg(__m256 x) {
   return _mm256_andnot_ps(zero_mask, res);
 }
 
+// Scores for 8 keys at once: one accumulator per key over the head dimension, then a
+// transposing reduction tree gives the 8 dot products in one vector. Every key's sum is formed
+// in the same order whatever its slot, and a partial block (n % 8) runs the same code on the
+// tile's padding rows (the caller's tile buffer holds kTile rows), so a score never depends on
+// how the key range was cut.
+SIEVE_AVX2 inline __m256 dot8(const float* q, const float* k, int d) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int i = 0; i < d; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 0 * d + i), a0);
+    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 1 * d + i), a1);
+    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * d + i), a2);
+    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * d + i), a3);
+    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * d + i), a4);
+    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * d + i), a5);
+    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * d + i), a6);
+    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * d + i), a7);
+  }
+  const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
 SIEVE_AVX2 void tile_scores_avx2(const float* q, const float* k, int n, int d, float scale,
                                  float* s) {
-  for (int t = 0; t < n; ++t) {
-    const float* kr = k + t * d;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= d; i += 16) {
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(kr + i + 8), a1);
-    }
-    for (; i + 8 <= d; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
-    float v = hsum(_mm256_add_ps(a0, a1));
-    for (; i < d; ++i) v += q[i] * kr[i];
-    s[t] = v * scale;
+  if (d % 8 != 0) return tile_scores_ref(q, k, n, d, scale, s);
+  const __m256 vs = _mm256_set1_ps(scale);
+  int t = 0;
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * d, d), vs));
+  if (t < n) {
+    alignas(32) float tail[8];
+    _mm256_store_ps(tail, _mm256_mul_ps(dot8(q, k + t * d, d), vs));
+    for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
   }
+}
+
+SIEVE_AVX2 float tile_max_avx2(const float* s, int n) {
+  __m256 m = _mm256_set1_ps(kNegInf);
+  int t = 0;
+  for (; t + 8 <= n; t += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + t));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  float r = _mm_cvtss_f32(h);
+  for (; t < n; ++t) r = std::max(r, s[t]);
+  return r;
 }
 
 SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
@@ -112,16 +148,30 @@ SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
   return hsum(acc);
 }
 
+// o = o * alpha + sum_t p[t] v[t], 64 columns at a time held in registers: the keys' FMAs
+// into 8 independent accumulators (t ascending for every column, whatever the tile length).
 SIEVE_AVX2 void tile_accum_avx2(const float* p, const float* v, int n, int d, float alpha,
                                 float* o) {
-  if (d % 8 != 0) return tile_accum_ref(p, v, n, d, alpha, o);
-  const __m256 va = _mm256_set1_ps(alpha);
-  for (int i = 0; i < d; i += 8) {
-    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
-    for (int t = 0; t < n; ++t) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * d + i), acc);
+  if (d % 64 != 0) {
+    if (d % 8 != 0) return tile_accum_ref(p, v, n, d, alpha, o);
+    const __m256 va = _mm256_set1_ps(alpha);
+    for (int i = 0; i < d; i += 8) {
+      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
+      for (int t = 0; t < n; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * d + i), acc);
+      _mm256_storeu_ps(o + i, acc);
     }
-    _mm256_storeu_ps(o + i, acc);
+    return;
+  }
+  const __m256 va = _mm256_set1_ps(alpha);
+  for (int i = 0; i < d; i += 64) {
+    __m256 c[8];
+    for (int u = 0; u < 8; ++u) c[u] = _mm256_mul_ps(_mm256_loadu_ps(o + i + 8 * u), va);
+    for (int t = 0; t < n; ++t) {
+      const __m256 pt = _mm256_set1_ps(p[t]);
+      const float* vr = v + t * d + i;
+      for (int u = 0; u < 8; ++u) c[u] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vr + 8 * u), c[u]);
+    }
+    for (int u = 0; u < 8; ++u) _mm256_storeu_ps(o + i + 8 * u, c[u]);
   }
 }
 #endif
@@ -130,14 +180,15 @@ struct Kernels {
   void (*scores)(const float*, const float*, int, int, float, float*);
   float (*exp)(float*, int, float);
   void (*accum)(const float*, const float*, int, int, float, float*);
+  float (*max)(const float*, int);
 };
 
 const Kernels& kernels() {
   static const Kernels k = [] {
 #if defined(__x86_64__)
-    if (use_avx2()) return Kernels{tile_scores_avx2, tile_exp_avx2, tile_accum_avx2};
+    if (use_avx2()) return Kernels{tile_scores_avx2, tile_exp_avx2, tile_accum_avx2, tile_max_avx2};
 #endif
-    return Kernels{tile_scores_ref, tile_exp_ref, tile_accum_ref};
+    return Kernels{tile_scores_ref, tile_exp_ref, tile_accum_ref, tile_max_ref};
   }();
   return k;
 }
@@ -152,6 +203,90 @@ int32_t lower_bound_pos(const KvHeadView& kv, const KeySet& ks, int32_t p) {
   }
   return lo;
 }
+
+// Copies the K and V rows (f16 -> f32) and positions of keys c0..c0+n of the key set into a
+// tile, and prefetches the next tile's rows. Pages of a power-of-two size (the KV store's) are
+// found by shift and mask instead of a division per key.
+struct TileGather {
+  const KvHeadView& kv;
+  const KeySet& keys;
+  int d;
+  int32_t n_keys;
+  int shift = -1;
+  int32_t mask = 0;
+  bool avx2;
+  TileGather(const KvHeadView& kv_, const KeySet& keys_, int d_)
+      : kv(kv_), keys(keys_), d(d_), n_keys(keys_.idx ? keys_.n_idx : keys_.end - keys_.begin) {
+    const int32_t ps = kv.page_size;
+    if (ps > 0 && (ps & (ps - 1)) == 0) {
+      shift = __builtin_ctz(static_cast<unsigned>(ps));
+      mask = ps - 1;
+    }
+#if defined(__x86_64__)
+    avx2 = use_avx2() && d % 8 == 0;
+#else
+    avx2 = false;
+#endif
+  }
+  // Page and offset of the c-th key of the set.
+  void locate(int32_t c, int32_t& page, int32_t& off) const {
+    const int32_t j = keys.idx ? keys.idx[c] : keys.begin + c;
+    if (shift >= 0) {
+      page = j >> shift;
+      off = j & mask;
+    } else {
+      page = j / kv.page_size;
+      off = j - page * kv.page_size;
+    }
+  }
+  int32_t key(int32_t c) const { return keys.idx ? keys.idx[c] : keys.begin + c; }
+  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
+#if defined(__x86_64__)
+    if (avx2) return gather_avx2(c0, n, kt, vt, kpos);
+#endif
+    for (int t = 0; t < n; ++t) {
+      int32_t page, off;
+      locate(c0 + t, page, off);
+      const int64_t row = off * kv.row_stride;
+      f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
+      if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
+      if (kpos) kpos[t] = kv.pos_pages ? kv.pos_pages[page][off] : key(c0 + t);
+    }
+  }
+#if defined(__x86_64__)
+  SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
+    const int32_t c_end = std::min(n_keys, c0 + n + kTile);
+    for (int t = 0; t < n; ++t) {
+      const int32_t c = c0 + t;
+      if (c + kTile < c_end) {  // the same slot of the next tile
+        int32_t pp, po;
+        locate(c + kTile, pp, po);
+        const int64_t prow = po * kv.row_stride;
+        for (int i = 0; i < d; i += 32) {
+          _mm_prefetch(reinterpret_cast<const char*>(kv.k_pages[pp] + prow + i), _MM_HINT_T0);
+          if (vt) _mm_prefetch(reinterpret_cast<const char*>(kv.v_pages[pp] + prow + i), _MM_HINT_T0);
+        }
+      }
+      int32_t page, off;
+      locate(c, page, off);
+      const int64_t row = off * kv.row_stride;
+      const uint16_t* kr = kv.k_pages[page] + row;
+      float* kd = kt + t * d;
+      for (int i = 0; i < d; i += 8) {
+        _mm256_storeu_ps(kd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + i))));
+      }
+      if (vt) {
+        const uint16_t* vr = kv.v_pages[page] + row;
+        float* vd = vt + t * d;
+        for (int i = 0; i < d; i += 8) {
+          _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
+        }
+      }
+      if (kpos) kpos[t] = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+    }
+  }
+#endif
+};
 
 }  // namespace
 
@@ -186,6 +321,7 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
   sm.resize(n_rows);
   sl.resize(n_rows);
   int32_t kpos[kTile];
+  const TileGather gather(kv, keys, d);
   const int tokens_per_block = std::max(1, kBlockRows / G);
   for (int32_t t0 = 0; t0 < q.n_q; t0 += tokens_per_block) {
     const int32_t t1 = std::min(q.n_q, t0 + tokens_per_block);
@@ -214,22 +350,23 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
      for (int32_t c0 = from; c0 < to; c0 += kTile) {
       if (c0 > from && c0 % kAttnSegment == 0) flush();
       const int n = std::min<int32_t>(kTile, to - c0);
-      for (int t = 0; t < n; ++t) {
-        const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
-        f16_to_f32_row(kv.k_row(j), kt.data() + t * d, d);
-        f16_to_f32_row(kv.v_row(j), vt.data() + t * d, d);
-        kpos[t] = kv.position(j);
-      }
+      gather(c0, n, kt.data(), vt.data(), kpos);
       for (int32_t tq = t0; tq < t1; ++tq) {
         const int32_t qp = q.q_pos[tq];
+        // Positions ascend along the tile: its first and last key bound every key's visibility.
+        const bool all_visible = kpos[n - 1] <= qp && (q.window <= 0 || qp - kpos[0] < q.window);
         for (int g = 0; g < G; ++g) {
           const int64_t r = static_cast<int64_t>(tq) * G + g;
           K.scores(q.q + r * d, kt.data(), n, d, q.scale, s.data());
           float mt = kNegInf;
-          for (int t = 0; t < n; ++t) {
-            const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window || kpos[t] < q.n_sink);
-            if (!vis) s[t] = kNegInf;
-            mt = std::max(mt, s[t]);
+          if (all_visible) {
+            mt = K.max(s.data(), n);
+          } else {
+            for (int t = 0; t < n; ++t) {
+              const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window || kpos[t] < q.n_sink);
+              if (!vis) s[t] = kNegInf;
+              mt = std::max(mt, s[t]);
+            }
           }
           if (mt == kNegInf) continue;
           const float m_new = std::max(sm[r], mt);
@@ -259,13 +396,11 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
   const int d = head_dim;
   thread_local std::vector<float> kt;
   kt.resize(static_cast<size_t>(kTile) * d);
+  const TileGather gather(kv, keys, d);
   const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
   for (int32_t c0 = 0; c0 < n_keys; c0 += kTile) {
     const int n = std::min<int32_t>(kTile, n_keys - c0);
-    for (int t = 0; t < n; ++t) {
-      const int32_t j = keys.idx ? keys.idx[c0 + t] : keys.begin + c0 + t;
-      f16_to_f32_row(kv.k_row(j), kt.data() + t * d, d);
-    }
+    gather(c0, n, kt.data(), nullptr, nullptr);
     for (int g = 0; g < n_group; ++g) K.scores(q + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
   }
 }

@@ -63,6 +63,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttendTest,
                                            std::make_tuple(256, 4, 130, 9, 0),
                                            std::make_tuple(256, 4, 700, 33, 64),
                                            std::make_tuple(64, 1, 45, 45, 10),
+                                           // long key sets: decode and a short chunk at 9K keys
+                                           std::make_tuple(64, 3, 9001, 1, 0),
+                                           std::make_tuple(64, 3, 9001, 5, 0),
+                                           std::make_tuple(128, 2, 5003, 2, 0),
                                            std::make_tuple(24, 2, 50, 5, 0)));
 
 TEST(Attend, SparseIndexListEqualsReference) {

@@ -102,7 +102,7 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   const PolicyConfig policy = opt.policy ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
                                           : *make_policy("dense");
   const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
-  SIEVE_TRY(check_head_plan_for(policy, model_.hp));
+  SIEVE_TRY(check_policy_for_model(policy, model_.hp));
   const SketchSpec want = sketch_spec_for(policy, model_.hp);
   // The store's layout follows the policy (rtpurbo: window-only layers without retrieval heads).
   const std::vector<KvCapacity> layout = kv_layout_for(&policy, model_.hp);

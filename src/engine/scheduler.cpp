@@ -73,7 +73,7 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
                               : cfg_.default_policy ? *cfg_.default_policy
                                                     : *make_policy("auto");
     r->policy = resolve_auto(base, r->n_prompt);
-    if (Status s1 = check_head_plan_for(r->policy, model_.hp); !s1) {
+    if (Status s1 = check_policy_for_model(r->policy, model_.hp); !s1) {
       err = s1.message();
     } else if (Status s2 = check_sketch_compatible(r->policy, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}); !s2) {
       err = s2.message();

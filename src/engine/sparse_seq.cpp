@@ -71,6 +71,30 @@ Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp) {
   return {};
 }
 
+Status check_sketch_basis_shape(const SketchBasis& b, const ModelHParams& hp) {
+  if (b.n_layer != hp.n_layer || b.n_kv_head != hp.n_head_kv || b.head_dim != hp.head_dim) {
+    return make_error("the sketch basis is for {} layers x {} KV heads x head_dim {}, the model has {} x {} x {}",
+                      b.n_layer, b.n_kv_head, b.head_dim, hp.n_layer, hp.n_head_kv, hp.head_dim);
+  }
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    if (hp.layer_kind[il] == LayerKind::full && !b.fitted[il]) {
+      return make_error("the sketch basis has no fit for full-attention layer {}", il);
+    }
+  }
+  return {};
+}
+
+Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp) {
+  SIEVE_TRY(check_head_plan_for(p, hp));
+  if (p.basis && p.scorer == ScorerKind::sketch) {
+    if (Status st = check_sketch_basis_shape(*p.basis, hp); !st) {
+      return make_error("sketch basis '{}': {} (fit one for this model: sieve calibrate -m MODEL --sketch-basis --out basis.json)",
+                        p.sketch_basis, st.message());
+    }
+  }
+  return {};
+}
+
 std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp) {
   std::vector<KvCapacity> caps;
   for (LayerKind k : hp.layer_kind) {
@@ -102,6 +126,13 @@ SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
   s.n_kv_head = hp.n_head_kv;
   s.shared = p.sketch_shared;
   s.seed = p.seed;
+  if (p.basis && check_sketch_basis_shape(*p.basis, hp).ok()) {
+    s.dim = p.basis->dim;
+    s.shared = false;
+    s.seed = 0;
+    s.basis_path = p.sketch_basis;
+    s.basis = p.basis;
+  }
   return s;
 }
 
@@ -119,6 +150,13 @@ Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, co
         "policy '{}' ranks with sketch keys, but this engine's KV store keeps none; start it with "
         "a sketch policy (e.g. --policy sketch) so that sketch keys are written",
         p.preset);
+  }
+  if (want.basis_path != have.basis_path) {
+    return make_error(
+        "policy '{}' ranks with sketch basis '{}', but the KV store's sketch keys were made with '{}'; "
+        "sketch knobs are fixed when the engine starts",
+        p.preset, want.basis_path.empty() ? "random" : want.basis_path,
+        have.basis_path.empty() ? "random" : have.basis_path);
   }
   return make_error(
       "policy '{}' wants sketch_dim={} sketch_shared={} seed={}, but the KV store was created with "

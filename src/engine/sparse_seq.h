@@ -70,6 +70,10 @@ Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, co
 int32_t rt_window_for(const PolicyConfig& p, const ModelHParams& hp);
 // The policy's head plan exists (the error names `sieve calibrate`) and fits the model's shape.
 Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp);
+// A PCA sketch basis fits the model: same layers, KV heads and head_dim, every full layer fitted.
+Status check_sketch_basis_shape(const SketchBasis& b, const ModelHParams& hp);
+// Every file a policy names (head plan, sketch basis) fits the model; run before admitting it.
+Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp);
 // Per-layer KV capacity under a policy: the model's (sliding layers keep their window), and
 // for rtpurbo every full-attention layer without a retrieval head keeps only rt_sinks +
 // the window (KvCapacity::sliding). Per-KV-head freeing inside mixed layers is not done.

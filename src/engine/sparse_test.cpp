@@ -238,3 +238,69 @@ TEST(Sparse, MixedPoliciesInOneBatchEqualSingleRuns) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// The PCA sketch basis (sketch_basis knob): with the identity as every (layer, KV head)'s
+// basis, sketch scores are q.k itself, so the sketch preset runs as its exact-scored twin.
+TEST(Sparse, SketchBasisOfFullRankScoresAsTheExactScorer) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const ModelHParams& hp = m->hp;
+  auto basis = std::make_shared<SketchBasis>();
+  basis->n_layer = hp.n_layer;
+  basis->n_kv_head = hp.n_head_kv;
+  basis->head_dim = basis->dim = hp.head_dim;
+  basis->fitted.assign(hp.n_layer, 1);
+  basis->captured.assign(static_cast<size_t>(hp.n_layer) * hp.n_head_kv, 1.0);
+  basis->p.assign(static_cast<size_t>(hp.n_layer) * hp.n_head_kv * hp.head_dim * hp.head_dim, 0.0f);
+  for (size_t u = 0; u < static_cast<size_t>(hp.n_layer) * hp.n_head_kv; ++u) {
+    for (int32_t i = 0; i < hp.head_dim; ++i) basis->p[(u * hp.head_dim + i) * hp.head_dim + i] = 1.0f;
+  }
+  const std::string path = ::testing::TempDir() + "identity_basis.json";
+  ASSERT_TRUE(save_sketch_basis(*basis, path).ok());
+  const std::vector<std::string> knobs = {"sinks=8", "local=32", "top_k=48"};
+  auto pca = make_policy("sketch", knobs);
+  auto exact = make_policy("sketch", knobs);
+  ASSERT_TRUE(pca.ok() && exact.ok());
+  ASSERT_TRUE(set_policy_knob(*pca, "sketch_basis", path).ok());
+  ASSERT_TRUE(set_policy_knob(*exact, "scorer=exact").ok());
+  ASSERT_TRUE(check_policy_for_model(*pca, hp).ok());
+  EXPECT_EQ(sketch_spec_for(*pca, hp).dim, hp.head_dim);
+
+  const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
+  auto jl = make_policy("sketch", knobs);
+  ASSERT_TRUE(jl.ok());
+  const RunOut a = run_model(*m, prompt, 64, 4, &*pca);
+  const RunOut b = run_model(*m, prompt, 64, 4, &*exact);
+  const RunOut c = run_model(*m, prompt, 64, 4, &*jl);
+  EXPECT_LT(a.stats.selected_fraction(), 0.9);
+  EXPECT_EQ(a.stats.selected_tokens, b.stats.selected_tokens);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  // Sketch keys are the f32 keys, the exact scorer reads their f16 copies: the prefill chunks
+  // select the same tokens (bitwise equal logits); later a near-tie may flip one token, which
+  // stays far below the random projection's disagreement.
+  const size_t n_prefill = (prompt.size() + 63) / 64;
+  float d_pca = 0, d_jl = 0;
+  for (size_t s = 0; s < a.logits.size(); ++s) {
+    if (s < n_prefill) EXPECT_LT(max_abs_diff(a.logits[s], b.logits[s]), 1e-4f) << "prefill step " << s;
+    d_pca = std::max(d_pca, max_abs_diff(a.logits[s], b.logits[s]));
+    d_jl = std::max(d_jl, max_abs_diff(c.logits[s], b.logits[s]));
+  }
+  EXPECT_LT(d_pca, 0.25f * d_jl) << "identity basis " << d_pca << ", JL " << d_jl;
+
+  // A basis for another shape is refused with the command that makes a fitting one.
+  basis->n_layer = hp.n_layer + 1;
+  basis->fitted.push_back(1);
+  basis->captured.resize(static_cast<size_t>(basis->n_layer) * hp.n_head_kv, 1.0);
+  basis->p.resize(static_cast<size_t>(basis->n_layer) * hp.n_head_kv * hp.head_dim * hp.head_dim, 0.0f);
+  ASSERT_TRUE(save_sketch_basis(*basis, path).ok());
+  ASSERT_TRUE(set_policy_knob(*pca, "sketch_basis", path).ok());
+  const Status st = check_policy_for_model(*pca, hp);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("sieve calibrate"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace sieve

@@ -189,6 +189,20 @@ const std::vector<Knob>& knobs() {
       {{"sketch_dim", "sketch dimensions d_s (0 = head_dim / 8)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.sketch_dim); },
        [](const PolicyConfig& p) { return std::to_string(p.sketch_dim); }},
+      {{"sketch_basis", "sketch: PCA basis JSON from `sieve calibrate -m MODEL --sketch-basis --out basis.json` (empty: random projection)"},
+       [](PolicyConfig& p, auto k, auto v) -> Status {
+         if (v.empty()) {
+           p.sketch_basis.clear();
+           p.basis.reset();
+           return {};
+         }
+         auto b = load_sketch_basis(std::string(v));
+         if (!b) return make_error("policy knob {}: {}", k, b.message());
+         p.sketch_basis = std::string(v);
+         p.basis = std::make_shared<const SketchBasis>(std::move(b.value()));
+         return {};
+       },
+       [](const PolicyConfig& p) { return p.sketch_basis; }},
       {{"sketch_shared", "one sketch projection for all heads (true) or one per KV head (false)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.sketch_shared); },
        [](const PolicyConfig& p) { return std::string(p.sketch_shared ? "true" : "false"); }},

@@ -15,6 +15,7 @@
 
 #include "core/result.h"
 #include "sparse/head_plan.h"
+#include "sparse/sketch_basis.h"
 
 namespace sieve {
 
@@ -92,6 +93,8 @@ struct PolicyConfig {
   int32_t up_min_prompt = 2048;    // shorter prompts are prefilled densely
   int32_t up_chunk = 32768;        // prefill chunk of a uniprefill prompt (selection is per chunk)
   // RTPurbo (scorer=indexer; docs/sparse.md "RTPurbo (head plan)").
+  std::string sketch_basis;                     // sketch: PCA basis file ("" = random projection)
+  std::shared_ptr<const SketchBasis> basis;     // loaded once when sketch_basis is set
   std::string head_plan;                        // path of the plan (sieve calibrate --out)
   std::shared_ptr<const HeadPlan> plan;         // loaded once when head_plan is set
   int32_t rt_sinks = 4;                         // first tokens every head reads

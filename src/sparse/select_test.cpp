@@ -147,9 +147,9 @@ TEST(Sketch, ProjectionPreservesInnerProductsRoughlyAndIsSeeded) {
   for (int t = 0; t < 200; ++t) {
     for (auto& v : x) v = nd(rng);
     for (auto& v : y) v = nd(rng);
-    a.project(x.data(), 0, px.data());
-    a.project(y.data(), 1, py.data());
-    b.project(x.data(), 0, qx.data());
+    a.project(x.data(), 0, 0, px.data());
+    a.project(y.data(), 0, 1, py.data());
+    b.project(x.data(), 0, 0, qx.data());
     EXPECT_EQ(px, qx);
     double exact = 0, est = 0;
     for (int i = 0; i < 64; ++i) exact += x[i] * y[i];

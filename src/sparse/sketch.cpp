@@ -6,7 +6,7 @@
 namespace sieve {
 
 SketchProjection::SketchProjection(const SketchSpec& spec) : spec_(spec) {
-  if (spec.dim <= 0 || spec.indexer) return;
+  if (spec.dim <= 0 || spec.indexer || spec.basis) return;
   const int32_t n_proj = spec.shared ? 1 : spec.n_kv_head;
   p_.resize(static_cast<size_t>(n_proj) * spec.head_dim * spec.dim);
   // A fixed generator and distribution formula so that a seed means the same P everywhere
@@ -21,9 +21,10 @@ SketchProjection::SketchProjection(const SketchSpec& spec) : spec_(spec) {
   }
 }
 
-void SketchProjection::project(const float* x, int32_t kv_head, float* out) const {
+void SketchProjection::project(const float* x, int32_t layer, int32_t kv_head, float* out) const {
   const int32_t d = spec_.head_dim, ds = spec_.dim;
-  const float* p = p_.data() + (spec_.shared ? 0 : static_cast<size_t>(kv_head) * d * ds);
+  const float* p = spec_.basis ? spec_.basis->matrix(layer, kv_head)
+                               : p_.data() + (spec_.shared ? 0 : static_cast<size_t>(kv_head) * d * ds);
   for (int32_t c = 0; c < ds; ++c) out[c] = 0.0f;
   for (int32_t i = 0; i < d; ++i) {
     const float xi = x[i];

@@ -6,7 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
+
+#include "sparse/sketch_basis.h"
 
 namespace sieve {
 
@@ -19,7 +23,14 @@ struct SketchSpec {
   // RTPurbo: the slots hold the head plan's indexer keys (k_preRoPE W_K, written by Forward
   // from the sequence's plan), not JL sketches; no random projection is made.
   bool indexer = false;
-  bool operator==(const SketchSpec&) const = default;
+  // PCA variant (`sketch_basis` knob): per-layer, per-KV-head bases from this file replace the
+  // random projection (dim = the basis's, shared = false).
+  std::string basis_path;
+  std::shared_ptr<const SketchBasis> basis;
+  bool operator==(const SketchSpec& o) const {
+    return head_dim == o.head_dim && dim == o.dim && n_kv_head == o.n_kv_head && shared == o.shared &&
+           seed == o.seed && indexer == o.indexer && basis_path == o.basis_path;
+  }
 };
 
 class SketchProjection {
@@ -28,8 +39,8 @@ class SketchProjection {
   explicit SketchProjection(const SketchSpec& spec);
   const SketchSpec& spec() const { return spec_; }
   bool enabled() const { return spec_.dim > 0; }
-  // out[0..dim) = x[0..head_dim) P_head
-  void project(const float* x, int32_t kv_head, float* out) const;
+  // out[0..dim) = x[0..head_dim) P_(layer, head); the JL projection ignores the layer.
+  void project(const float* x, int32_t layer, int32_t kv_head, float* out) const;
 
  private:
   SketchSpec spec_;

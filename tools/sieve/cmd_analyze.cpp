@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "engine/forward.h"
 #include "engine/kv_binding.h"
+#include "engine/sparse_seq.h"
 #include "run_common.h"
 #include "sparse/analysis.h"
 #include "sparse/policy.h"
@@ -43,6 +44,7 @@ struct AnalyzeOptions {
   std::vector<int32_t> blocks = {1, 8, 16, 64, 128};
   int32_t h2o_history = 128;
   int32_t sketch_dim = 0;
+  std::string sketch_basis;
   int32_t chunk = 512;
   bool json = false;
   std::string out;
@@ -190,7 +192,7 @@ class Analyzer : public AttentionObserver {
   }
 
   // Sketch logits (qP).(KP) for keys [0, n), extending the layer's sketch keys first.
-  void sketch_logits(LayerState& L, const float* q, int32_t n) {
+  void sketch_logits(int il, LayerState& L, const float* q, int32_t n) {
     const int32_t H = hp_.n_head, Hkv = hp_.n_head_kv, d = hp_.head_dim, G = hp_.n_gqa();
     const int32_t ds = sketch_.spec().dim, cap = plan_.n_total;
     if (L.n_sketched < n) {
@@ -198,14 +200,14 @@ class Analyzer : public AttentionObserver {
       pool_.parallel_for(n - from, 256, [&](int64_t a, int64_t z) {
         for (int64_t j = from + a; j < from + z; ++j) {
           for (int32_t h = 0; h < Hkv; ++h) {
-            sketch_.project(key(h, static_cast<int32_t>(j)), h, L.sketch_k.data() + (int64_t{h} * cap + j) * ds);
+            sketch_.project(key(h, static_cast<int32_t>(j)), il, h, L.sketch_k.data() + (int64_t{h} * cap + j) * ds);
           }
         }
       });
       L.n_sketched = n;
     }
     std::vector<float> qs(static_cast<size_t>(H) * ds);
-    for (int32_t h = 0; h < H; ++h) sketch_.project(q + int64_t{h} * d, h / G, qs.data() + int64_t{h} * ds);
+    for (int32_t h = 0; h < H; ++h) sketch_.project(q + int64_t{h} * d, il, h / G, qs.data() + int64_t{h} * ds);
     sk_logits_.resize(static_cast<size_t>(H) * n);
     for (int32_t h = 0; h < H; ++h) {  // d_s-wide dots: cheaper than a parallel region
       const float* sk = L.sketch_k.data() + int64_t{h / G} * cap * ds;
@@ -249,7 +251,7 @@ class Analyzer : public AttentionObserver {
     }
     AnalyzeCell& cell = run_.cells[qi][slot_[il]];
 
-    sketch_logits(L, q, n);
+    sketch_logits(il, L, q, n);
     quest_bounds(q, n);
     LayerQuery lq;
     lq.n_head = H;
@@ -412,6 +414,16 @@ int analyze(const AnalyzeOptions& o) {
   ss.n_kv_head = hp.n_head_kv;
   ss.shared = defaults.sketch_shared;
   ss.seed = defaults.seed;
+  if (!o.sketch_basis.empty()) {
+    auto b = load_sketch_basis(o.sketch_basis);
+    if (!b) throw UserError(b.message());
+    if (Status st = check_sketch_basis_shape(*b, hp); !st) throw UserError(st.message());
+    ss.dim = b->dim;
+    ss.shared = false;
+    ss.basis_path = o.sketch_basis;
+    ss.basis = std::make_shared<const SketchBasis>(std::move(b.value()));
+    run.notes.push_back("sketch: PCA basis " + o.sketch_basis + " (d_s " + std::to_string(ss.dim) + ")");
+  }
   const SketchProjection sketch(ss);
   run.sketch_dim = ss.dim;
 
@@ -506,6 +518,8 @@ std::function<int()> setup(CLI::App& app) {
                  "last prompt queries whose attention seeds h2o's accumulated scores (0: earlier analysed queries only)")
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--sketch-dim", o->sketch_dim, "sketch dimension (default head_dim / 8)")->check(CLI::Range(0, 4096));
+  app.add_option("--sketch-basis", o->sketch_basis,
+                 "PCA sketch basis (sieve calibrate --sketch-basis) instead of the random projection");
   app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
   app.add_flag("--json", o->json, "print one JSON object on stdout");
   app.add_option("--out", o->out, "write analysis.json and analysis.html (inline SVG plots) into this directory");

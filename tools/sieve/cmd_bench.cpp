@@ -94,7 +94,7 @@ int run(BenchOptions o) {
    ThreadPool pool(nt);
    for (const PolicyPtr& policy : policies) {
     // No prefix cache: every repetition must compute its prompt.
-    if (Status st = check_head_plan_for(*policy, model.hp); !st) throw UserError(st.message());
+    if (Status st = check_policy_for_model(*policy, model.hp); !st) throw UserError(st.message());
     SketchProjection sketch(sketch_spec_for(*policy, model.hp));
     // rtpurbo: layers without a retrieval head keep only sinks + window.
     const std::vector<KvCapacity> layout = kv_layout_for(policy.get(), model.hp);

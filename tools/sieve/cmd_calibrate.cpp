@@ -25,6 +25,7 @@
 #include "run_common.h"
 #include "sparse/head_plan.h"
 #include "sparse/indexer.h"
+#include "sparse/sketch_basis.h"
 
 namespace sieve::cli {
 namespace {
@@ -45,6 +46,8 @@ struct CalibrateOptions {
   int32_t steps = 200;
   int32_t queries = 128;  // per sample, for the fit
   float lr = 0.02f;
+  bool sketch_basis = false;  // fit a PCA sketch basis instead of a head plan
+  int32_t sketch_dim = 0;
   bool quiet = false;  // sieve -q: no progress bar
 };
 
@@ -456,6 +459,74 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
               n_heads, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], collect_s, plan.fit_ms / 1000.0);
 }
 
+// ---- PCA sketch basis ----
+
+// Adds, at the last chunk of a calibration text, every post-RoPE key of each full-attention
+// layer (as the store keeps them: f16) to the second moments.
+class KeyMomentCollector : public AttentionObserver {
+ public:
+  KeyMomentCollector(const ModelHParams& hp, ThreadPool& pool, KeyMoments& m) : hp_(hp), pool_(pool), m_(m) {}
+  int32_t n_total = 0;
+  void on_layer(int il, std::span<const BatchEntry> batch, const float* /*q*/, const int32_t* pos,
+                const KvStore& kv) override {
+    if (hp_.layer_kind[il] != LayerKind::full) return;
+    const int32_t n_tok = static_cast<int32_t>(batch[0].tokens.size());
+    if (pos[n_tok - 1] != n_total - 1) return;
+    load_stream_keys(kv.seq_view(batch[0].seq, il), hp_, pool_, kf_, kpos_);
+    const int32_t n = static_cast<int32_t>(kpos_.size());
+    for (int32_t h = 0; h < hp_.n_head_kv; ++h) m_.add(il, h, kf_.data() + int64_t{h} * n * hp_.head_dim, n);
+  }
+
+ private:
+  const ModelHParams& hp_;
+  ThreadPool& pool_;
+  KeyMoments& m_;
+  std::vector<float> kf_;
+  std::vector<int32_t> kpos_;
+};
+
+void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm, const CalibrationCorpus& corpus) {
+  const Model& model = *lm.model;
+  const ModelHParams& hp = model.hp;
+  const int32_t dim = o.sketch_dim > 0 ? o.sketch_dim : std::max(1, hp.head_dim / 8);
+  if (dim > hp.head_dim) {
+    throw UserError("--sketch-dim " + std::to_string(dim) + " exceeds head_dim " + std::to_string(hp.head_dim));
+  }
+  const auto t0 = Clock::now();
+  KeyMoments moments(hp.n_layer, hp.n_head_kv, hp.head_dim);
+  KeyMomentCollector col(hp, *lm.pool, moments);
+  Prefiller pre(model, *lm.pool, o.ctx, o.chunk);
+  {
+    Progress bar("calibrate: sketch basis text", int64_t{o.samples} * o.ctx, o.quiet);
+    for (int32_t s = 0; s < o.samples; ++s) {
+      const std::vector<int32_t> ids = make_fit_text(corpus, *model.tokenizer, o.ctx, o.seed, s);
+      col.n_total = static_cast<int32_t>(ids.size());
+      pre.run(ids, col, bar);
+    }
+  }
+  SketchBasis b = moments.fit(dim);
+  b.model_name = hp.name;
+  b.model_arch = hp.arch;
+  std::printf("sketch basis: d_s %d of head_dim %d, %lld keys per (layer, KV head) from %d texts of %d tokens\n", dim,
+              hp.head_dim, static_cast<long long>(b.tokens), o.samples, o.ctx);
+  std::printf("layer  kv head  share of E|k|^2 in the span\n");
+  double sum = 0;
+  int32_t n = 0;
+  for (int32_t l = 0; l < hp.n_layer; ++l) {
+    if (!b.fitted[l]) continue;
+    for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+      const double c = b.captured[static_cast<size_t>(l) * hp.n_head_kv + h];
+      std::printf("%5d  %7d  %.3f\n", l, h, c);
+      sum += c;
+      ++n;
+    }
+  }
+  std::printf("mean %.3f over %d (layer, KV head) pairs (a random %d-dim subspace keeps %.3f on isotropic keys)\n",
+              sum / std::max(n, 1), n, dim, static_cast<double>(dim) / hp.head_dim);
+  if (Status st = save_sketch_basis(b, o.out); !st) throw UserError(st.message());
+  std::printf("wrote %s (%.1f s, %d threads)\n", o.out.c_str(), seconds_since(t0), lm.pool->size());
+}
+
 void check_options(const CalibrateOptions& o, const LoadedModel& lm) {
   if (o.out.empty()) throw UserError("--out FILE is required (where the head plan is written)");
   if (o.ctx > lm.n_ctx) {
@@ -472,10 +543,17 @@ int calibrate(CalibrateOptions o) {
   o.quiet = log_level() > LogLevel::info;
   if (o.out.empty()) throw UserError("--out FILE is required (where the head plan is written)");
   if (!o.head_plan.empty() && !o.fit_indexer) throw UserError("--head-plan is read only with --fit-indexer");
+  if (o.sketch_basis && (o.fit_indexer || !o.head_plan.empty())) {
+    throw UserError("--sketch-basis fits a PCA sketch basis on its own; leave out --fit-indexer and --head-plan");
+  }
   LoadedModel lm = load_for_run(o.model);
   check_options(o, lm);
   const ModelHParams& hp = lm.model->hp;
   const CalibrationCorpus corpus = load_calibration_corpus();
+  if (o.sketch_basis) {
+    fit_sketch_basis(o, lm, corpus);
+    return 0;
+  }
   const auto t0 = Clock::now();
   HeadPlan plan;
   if (!o.head_plan.empty()) {
@@ -496,7 +574,7 @@ int calibrate(CalibrateOptions o) {
 std::function<int()> setup(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   add_model_flags(app, o->model);
-  app.add_option("--out", o->out, "head plan JSON to write")->required();
+  app.add_option("--out", o->out, "head plan JSON to write (with --sketch-basis: the basis JSON)")->required();
   app.add_option("--ratio", o->ratio, "share of query heads made retrieval heads (at least one)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o->seed, "seed of the calibration samples");
@@ -511,6 +589,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--queries", o->queries, "query positions per sequence for the fit (every 4th held out)")
       ->check(CLI::Range(4, 1 << 20));
   app.add_option("--lr", o->lr, "Adam step size of the indexer fit")->check(CLI::Range(1e-6, 10.0));
+  app.add_flag("--sketch-basis", o->sketch_basis,
+               "fit a PCA sketch basis (top --sketch-dim eigenvectors of the post-RoPE keys per layer and KV head) "
+               "for the sketch preset's sketch_basis knob, instead of a head plan");
+  app.add_option("--sketch-dim", o->sketch_dim, "with --sketch-basis: d_s (default head_dim / 8)")->check(CLI::Range(0, 4096));
   app.add_option("--dump-rows", o->dump_rows,
                  "write the first sample's last late-needle attention rows (full layers) to this file (test fixtures)");
   return [o]() { return calibrate(*o); };

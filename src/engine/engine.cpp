@@ -23,6 +23,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   if (e->cfg_.default_policy) sketch = sketch_spec_for(*e->cfg_.default_policy, hp);
   if (sketch.dim == 0 && e->cfg_.sketch_keys) sketch = sketch_spec_for(*make_policy("sketch"), hp);
   e->sketch_ = std::make_unique<SketchProjection>(sketch);
+  // RTPurbo as the default policy: layers without a retrieval head keep only sinks + window
+  // (requests that need more there are refused at admission, check_layout_compatible).
+  const std::vector<KvCapacity> layout = kv_layout_for(e->cfg_.default_policy.get(), hp);
   int64_t budget = e->cfg_.kv_budget_bytes;
   if (budget <= 0) {
     // A UniPrefill default policy prefills long prompts in one chunk of up_chunk tokens.
@@ -30,9 +33,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (e->cfg_.default_policy && e->cfg_.default_policy->drops_prefill()) {
       max_chunk = std::max<int64_t>(max_chunk, e->cfg_.default_policy->up_chunk);
     }
-    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim, max_chunk);
+    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim, max_chunk, &layout);
   }
-  KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name);
+  KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name, &layout);
   kc.prefix_cache = e->cfg_.prefix_cache;
   kc.sketch_dim = sketch.dim;
   auto store = KvStore::create(kc);
@@ -45,10 +48,15 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   sc.max_running = e->cfg_.max_running;
   sc.n_ctx = e->cfg_.n_ctx;
   sc.default_policy = e->cfg_.default_policy;
+  sc.layout = layout;
   e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc, e->sketch_.get());
   e->kv_snapshot_ = e->kv_->stats();
   e->thread_ = std::thread([p = e.get()] { p->loop(); });
   return e;
+}
+
+Status Engine::check_policy(const PolicyConfig& p, int64_t prompt_tokens) const {
+  return sched_->check_policy(resolve_auto(p, prompt_tokens));
 }
 
 Engine::~Engine() {

@@ -41,6 +41,9 @@ class Engine {
   ~Engine();
 
   RequestId submit(RequestParams params, RequestCallback cb);
+  // The admission check submit() applies to a request's policy (resolved for its prompt
+  // length), for callers that answer a refusal before submitting (the server's 400).
+  Status check_policy(const PolicyConfig& p, int64_t prompt_tokens) const;
   void cancel(RequestId id);
   // Blocks until no request is queued or running (or the timeout passes); true when idle.
   bool wait_idle(std::chrono::milliseconds timeout);

@@ -7,7 +7,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <mutex>
 
+#include "engine/engine.h"
 #include "engine/engine_test_util.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
@@ -216,6 +219,56 @@ TEST(RtPurbo, DecodeBesideADroppingPrefillReadsItsOwnQuery) {
   const std::vector<float> alone = decode_b(false), mixed = decode_b(true);
   ASSERT_EQ(alone.size(), mixed.size());
   EXPECT_LT(max_abs_diff(alone, mixed), 1e-5f);
+}
+
+// An engine (the server's) started with rtpurbo as its default keeps only sinks + window on
+// layers without a retrieval head, like the single-sequence path; a request whose policy
+// reads more there is refused with a message, and rtpurbo requests run.
+TEST(RtPurbo, EngineDefaultKeepsWindowLayersAndRefusesDenseRequests) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_engine_all_local.json");
+  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64", "rt_sinks=4"});
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  auto make_engine = [&](PolicyPtr def) {
+    EngineConfig cfg;
+    cfg.threads = 2;
+    cfg.n_ctx = 1024;
+    cfg.max_running = 2;
+    cfg.default_policy = std::move(def);
+    auto e = Engine::create(m, cfg);
+    EXPECT_TRUE(e.ok()) << e.message();
+    return std::move(e.value());
+  };
+  auto rt_engine = make_engine(std::make_shared<const PolicyConfig>(*rt));
+  auto dense_engine = make_engine(std::make_shared<const PolicyConfig>(*make_policy("dense")));
+  const KvStats a = rt_engine->kv_stats(), b = dense_engine->kv_stats();
+  EXPECT_EQ(a.n_stream_full, 0);
+  EXPECT_GT(a.n_stream_window, 0);
+  EXPECT_EQ(b.bytes_per_token_full, b.token_bytes * b.n_stream_full);
+  EXPECT_LT(int64_t{a.n_pages_total} * a.page_bytes, int64_t{b.n_pages_total} * b.page_bytes / 2);
+
+  RequestParams p;
+  p.prompt = prompt_of(*m, 200);
+  p.max_tokens = 3;
+  p.sampling.temperature = 0;
+  p.stop_at_eog = false;
+  std::mutex mu;
+  std::map<RequestId, std::pair<FinishReason, std::string>> done;
+  std::map<RequestId, int> tokens;
+  auto cb = [&](const RequestEvent& ev) {
+    std::lock_guard<std::mutex> l(mu);
+    if (ev.token >= 0) tokens[ev.id]++;
+    if (ev.finished) done[ev.id] = {ev.reason, ev.error};
+  };
+  const RequestId ok = rt_engine->submit(p, cb);
+  p.policy = std::make_shared<const PolicyConfig>(*make_policy("dense"));
+  const RequestId refused = rt_engine->submit(p, cb);
+  ASSERT_TRUE(rt_engine->wait_idle(std::chrono::seconds(120)));
+  EXPECT_EQ(done[ok].first, FinishReason::length);
+  EXPECT_EQ(tokens[ok], 3);
+  EXPECT_EQ(done[refused].first, FinishReason::error);
+  EXPECT_NE(done[refused].second.find("window"), std::string::npos) << done[refused].second;
 }
 
 }  // namespace

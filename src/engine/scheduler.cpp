@@ -54,6 +54,13 @@ Scheduler::~Scheduler() {
   for (auto& r : running_) release_kv(*r);
 }
 
+Status Scheduler::check_policy(const PolicyConfig& p) const {
+  SIEVE_TRY(check_policy_for_model(p, model_.hp));
+  SIEVE_TRY(check_sketch_compatible(p, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}));
+  SIEVE_TRY(check_uniprefill_layers(p, model_.hp));
+  return check_layout_compatible(p, model_.hp, cfg_.layout);
+}
+
 RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId id) {
   auto r = std::make_unique<Req>();
   r->id = id ? id : next_id_++;
@@ -73,13 +80,7 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
                               : cfg_.default_policy ? *cfg_.default_policy
                                                     : *make_policy("auto");
     r->policy = resolve_auto(base, r->n_prompt);
-    if (Status s1 = check_policy_for_model(r->policy, model_.hp); !s1) {
-      err = s1.message();
-    } else if (Status s2 = check_sketch_compatible(r->policy, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}); !s2) {
-      err = s2.message();
-    } else if (Status s3 = check_uniprefill_layers(r->policy, model_.hp); !s3) {
-      err = s3.message();
-    }
+    if (Status st = check_policy(r->policy); !st) err = st.message();
   }
   if (err.empty()) {
     for (int32_t t : r->p.prompt) {

@@ -26,6 +26,7 @@ struct SchedulerConfig {
   int32_t max_running = 64;        // sequences in flight
   int32_t n_ctx = 0;               // per-request context limit (prompt + generated)
   PolicyPtr default_policy;        // for requests without one; nullptr: auto
+  std::vector<KvCapacity> layout;  // the store's per-layer capacity (empty: the model's own)
 };
 
 struct SchedulerStats {
@@ -52,6 +53,9 @@ class Scheduler {
   // the callback's final event right away.
   // `id` 0: the scheduler numbers the request.
   RequestId submit(RequestParams params, RequestCallback cb, RequestId id = 0);
+  // Whether this engine can run a (resolved) policy: its files fit the model, the store's
+  // sketch keys and per-layer capacity serve it. submit() refuses a request that fails it.
+  Status check_policy(const PolicyConfig& p) const;
   // Marks a request cancelled; its final event (reason cancelled) and the release of its KV
   // happen at the next step boundary. Unknown or finished ids are ignored.
   void cancel(RequestId id);

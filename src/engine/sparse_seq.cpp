@@ -110,6 +110,25 @@ std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams&
   return caps;
 }
 
+Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have) {
+  if (have.empty()) return {};
+  const std::vector<KvCapacity> want = kv_layout_for(&p, hp);
+  for (int32_t il = 0; il < hp.n_layer && il < static_cast<int32_t>(have.size()); ++il) {
+    const KvCapacity& h = have[il];
+    const KvCapacity& w = want[il];
+    if (!h.is_window()) continue;
+    if (!w.is_window() || w.window > h.window || w.n_sink > h.n_sink) {
+      return make_error(
+          "policy '{}' reads {} on layer {}, but this engine keeps only {} sinks + a {}-token window there "
+          "(its default policy's head plan has no retrieval head on that layer); send requests with that "
+          "policy and head plan, or start another engine for this one",
+          p.preset, w.is_window() ? fmt::format("{} sinks + a {}-token window", w.n_sink, w.window) : "every key",
+          il, h.n_sink, h.window);
+    }
+  }
+  return {};
+}
+
 SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
   SketchSpec s;
   if (p.uses_head_plan() && p.plan && p.plan->has_indexer() && check_head_plan_for(p, hp).ok()) {

@@ -78,6 +78,9 @@ Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp);
 // for rtpurbo every full-attention layer without a retrieval head keeps only rt_sinks +
 // the window (KvCapacity::sliding). Per-KV-head freeing inside mixed layers is not done.
 std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp);
+// A store laid out as `have` (per layer) can serve the policy: wherever it keeps only a window,
+// the policy reads no more than that window and those sinks. Empty `have`: the model's layout.
+Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have);
 
 // The policy's UniPrefill selection layers in this model (uniprefill_layers() over its
 // layer kinds): an error when a listed layer does not exist or does not attend fully.

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/text_file.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -355,11 +357,9 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
 }
 
 Result<HeadPlan> load_head_plan(const std::string& path, const HeadShape* model) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read the head plan {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto p = head_plan_from_json(ss.str());
+  auto text = read_text_file(path, "head plan");
+  if (!text) return text.error();
+  auto p = head_plan_from_json(*text);
   if (!p) return make_error("{}: {}", path, p.message());
   if (model) {
     if (Status st = check_head_plan_shape(*p, *model); !st) {

@@ -95,6 +95,23 @@ Status parse_bool(std::string_view key, std::string_view value, bool& out) {
   return {};
 }
 
+// A knob naming a file read once (head plan, sketch basis): "" clears it; the file's errors
+// are the knob's.
+template <class T, class Load>
+Status set_file_knob(std::string_view key, std::string_view value, std::string& path, std::shared_ptr<const T>& loaded,
+                     Load load) {
+  if (value.empty()) {
+    path.clear();
+    loaded.reset();
+    return {};
+  }
+  Result<T> r = load(std::string(value));
+  if (!r) return make_error("policy knob {}: {}", key, r.message());
+  path = std::string(value);
+  loaded = std::make_shared<const T>(std::move(r.value()));
+  return {};
+}
+
 // "auto" (empty) or ascending, distinct layer indices "7,11,15".
 Status parse_layer_list(std::string_view key, std::string_view value, std::vector<int32_t>& out) {
   std::vector<int32_t> layers;
@@ -190,18 +207,7 @@ const std::vector<Knob>& knobs() {
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.sketch_dim); },
        [](const PolicyConfig& p) { return std::to_string(p.sketch_dim); }},
       {{"sketch_basis", "sketch: PCA basis JSON from `sieve calibrate -m MODEL --sketch-basis --out basis.json` (empty: random projection)"},
-       [](PolicyConfig& p, auto k, auto v) -> Status {
-         if (v.empty()) {
-           p.sketch_basis.clear();
-           p.basis.reset();
-           return {};
-         }
-         auto b = load_sketch_basis(std::string(v));
-         if (!b) return make_error("policy knob {}: {}", k, b.message());
-         p.sketch_basis = std::string(v);
-         p.basis = std::make_shared<const SketchBasis>(std::move(b.value()));
-         return {};
-       },
+       [](PolicyConfig& p, auto k, auto v) { return set_file_knob(k, v, p.sketch_basis, p.basis, load_sketch_basis); },
        [](const PolicyConfig& p) { return p.sketch_basis; }},
       {{"sketch_shared", "one sketch projection for all heads (true) or one per KV head (false)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.sketch_shared); },
@@ -254,17 +260,8 @@ const std::vector<Knob>& knobs() {
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_chunk); },
        [](const PolicyConfig& p) { return std::to_string(p.up_chunk); }},
       {{"head_plan", "rtpurbo: head plan JSON from `sieve calibrate -m MODEL --out heads.json` (--fit-indexer for the decode indexer)"},
-       [](PolicyConfig& p, auto k, auto v) -> Status {
-         if (v.empty()) {
-           p.head_plan.clear();
-           p.plan.reset();
-           return {};
-         }
-         auto plan = load_head_plan(std::string(v));
-         if (!plan) return make_error("policy knob {}: {}", k, plan.message());
-         p.head_plan = std::string(v);
-         p.plan = std::make_shared<const HeadPlan>(std::move(plan.value()));
-         return {};
+       [](PolicyConfig& p, auto k, auto v) {
+         return set_file_knob(k, v, p.head_plan, p.plan, [](const std::string& f) { return load_head_plan(f); });
        },
        [](const PolicyConfig& p) { return p.head_plan; }},
       {{"rt_sinks", "rtpurbo: first tokens every head reads (local heads: sinks + window)"},

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/text_file.h"
 #include "sparse/indexer.h"
 
 namespace sieve {
@@ -151,11 +151,9 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
 }  // namespace
 
 Result<SketchBasis> load_sketch_basis(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read the sketch basis {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto b = basis_from_json(ss.str());
+  auto text = read_text_file(path, "sketch basis");
+  if (!text) return text.error();
+  auto b = basis_from_json(*text);
   if (!b) return make_error("sketch basis {}: {}", path, b.message());
   return b;
 }

@@ -24,16 +24,8 @@ void BM_attend(benchmark::State& state) {
   for (auto& x : q) x = nd(rng);
   std::vector<int32_t> qpos(n_q);
   for (int i = 0; i < n_q; ++i) qpos[i] = n - n_q + i;
-  AttnQuery aq;
-  aq.q = q.data();
-  aq.q_pos = qpos.data();
-  aq.n_q = n_q;
-  aq.n_group = G;
-  aq.head_dim = d;
-  aq.scale = 1.0f / 8;
-  KeySet ks;
-  ks.begin = 0;
-  ks.end = n;
+  const AttnQuery aq{q.data(), qpos.data(), n_q, G, d, 1.0f / 8};
+  const KeySet ks{nullptr, 0, 0, n};
   const KvHeadView kv = h.view();
   for (auto _ : state) {
     attend(aq, kv, ks, o.data());

@@ -207,12 +207,15 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     if (batch[i].sparse && window == 0 && !batch[i].sparse->policy().dense_attention()) {
       plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
     }
+    // Compact positions re-rotate the selected keys inside attention (KeySet::rot); the
+    // rotator is made ready here, before the workers run.
+    const RopeRotator* crot = plan.compact ? &rotator(il, kv_.n_tokens(batch[i].seq) + 1) : nullptr;
     for (int h = 0; h < hp.n_head_kv; ++h) {
-      const KvHeadView* view = plan.compact ? &plan.views[h] : &views[i * hp.n_head_kv + h];
-      const bool list = plan.active && !plan.compact;
+      const KvHeadView* view = &views[i * hp.n_head_kv + h];
+      const bool list = plan.active;
       const int32_t n_keys = plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
       auto key_range = [&](int32_t k0, int32_t k1) {
-        return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0} : KeySet{nullptr, 0, k0, k1};
+        return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0} : KeySet{nullptr, 0, k0, k1};
       };
       if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
         // One task per attention segment: the merge order is attend()'s own, so a decode row
@@ -229,7 +232,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
     }
   }
-  // Compact positions rotate the queries too; the rotator is made ready before the workers run.
+  // Compact positions rotate the queries too (the rotator was made ready above).
   const RopeRotator* rot = nullptr;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (plans_[i].compact) rot = &rotator(il, kv_.n_tokens(batch[i].seq) + 1);
@@ -280,8 +283,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
       const int32_t* qpos = pos_.data() + off + tk.t0;
       if (plan.compact) {
-        // The chunk's own tokens are the last n_q keys of the gathered set.
-        const int32_t n_sel = plan.views[tk.kv_head].n_tokens;
+        // The chunk's own tokens are the last n_q keys of the set, at compact positions.
+        const int32_t n_sel = static_cast<int32_t>(plan.keys[tk.kv_head].size());
         const int32_t n_q_all = n_rows_[tk.entry];
         cpos.resize(nq);
         for (int32_t t = 0; t < nq; ++t) {

@@ -68,13 +68,8 @@ class Forward {
   // What one entry reads in a full-attention layer under its sparse policy.
   struct EntryPlan {
     bool active = false;   // read key sets instead of every key
-    bool compact = false;  // renumbered positions: gathered, re-rotated K/V below
+    bool compact = false;  // renumbered positions: key i of keys[h] at position i (re-rotated in attention)
     std::vector<std::vector<int32_t>> keys;  // [n_kv_head] ascending stream indices
-    std::vector<std::vector<uint16_t>> gk, gv;  // compact: gathered K/V per KV head
-    std::vector<std::vector<int32_t>> gpos;     // compact: positions 0..|S|-1 per KV head
-    std::vector<const uint16_t*> kp, vp;        // one-page tables of the gathered views
-    std::vector<const int32_t*> pp;
-    std::vector<KvHeadView> views;              // compact views [n_kv_head]
     // RTPurbo (the entry's policy has a head plan): per KV head, the group's local and
     // retrieval query heads (indices inside the group), and whether the retrieval heads read
     // the list keys[kv_head] (decode selection) instead of every key.

@@ -16,12 +16,6 @@ namespace sieve {
 namespace {
 
 constexpr int64_t kScoreGrain = 1024;  // keys per scoring task
-constexpr int32_t kGatherAhead = 8;     // compact gather: rows prefetched this far ahead
-
-// Brings an f16 row of d values towards the core (a hint; no effect on results).
-inline void prefetch_row(const uint16_t* row, int32_t d) {
-  for (int32_t c = 0; c < d; c += 32) __builtin_prefetch(row + c);
-}
 
 // Quest's bound: sum_i max(q_i * min_i, q_i * max_i).
 float quest_bound(const float* q, const float* mn, const float* mx, int32_t d) {
@@ -319,62 +313,9 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   sp.stats.selected_tokens += n_sel / Hkv;
   sp.stats.bytes_read += n_sel * d * 2 * 2;
 
+  // Compact positions: key i of the set takes position i; attention re-rotates each selected
+  // K from its stored position while it reads it (KeySet::rot), so nothing is copied here.
   plan.compact = sp.compact(kv_.n_tokens(e.seq));
-  if (!plan.compact) return;
-  // Compact positions: key i of the set takes position i. K is stored post-RoPE at its
-  // original position, so it is rotated by (i - original) while it is gathered.
-  plan.gk.resize(Hkv);
-  plan.gv.resize(Hkv);
-  plan.gpos.resize(Hkv);
-  plan.kp.resize(Hkv);
-  plan.vp.resize(Hkv);
-  plan.pp.resize(Hkv);
-  plan.views.resize(Hkv);
-  const RopeRotator& rot = rotator(il, kv_.n_tokens(e.seq) + 1);
-  for (int32_t hk = 0; hk < Hkv; ++hk) {
-    const int32_t n = static_cast<int32_t>(plan.keys[hk].size());
-    plan.gk[hk].resize(static_cast<size_t>(n) * d);
-    plan.gv[hk].resize(static_cast<size_t>(n) * d);
-    plan.gpos[hk].resize(n);
-  }
-  int64_t per_head = 0;
-  for (const auto& k : plan.keys) per_head = std::max<int64_t>(per_head, static_cast<int64_t>(k.size()));
-  pool_.parallel_for(int64_t{Hkv} * per_head, 256, [&](int64_t a, int64_t z) {
-    thread_local std::vector<float> row;
-    row.resize(d);
-    for (int64_t x = a; x < z; ++x) {
-      const int32_t hk = static_cast<int32_t>(x / per_head);
-      const int32_t i = static_cast<int32_t>(x % per_head);
-      if (i >= static_cast<int32_t>(plan.keys[hk].size())) continue;
-      // The selected rows are scattered over the cache: ask for a row a few keys ahead so
-      // that its K and V arrive while this one is rotated.
-      if (i + kGatherAhead < static_cast<int32_t>(plan.keys[hk].size())) {
-        const int32_t ja = plan.keys[hk][i + kGatherAhead];
-        prefetch_row(views[hk].k_row(ja), d);
-        prefetch_row(views[hk].v_row(ja), d);
-      }
-      const int32_t j = plan.keys[hk][i];
-      f16_to_f32_row(views[hk].k_row(j), row.data(), d);
-      rot.rotate(row.data(), 1, int64_t{i} - views[hk].position(j));
-      f32_to_f16_row(row.data(), plan.gk[hk].data() + int64_t{i} * d, d);
-      std::copy(views[hk].v_row(j), views[hk].v_row(j) + d, plan.gv[hk].data() + int64_t{i} * d);
-      plan.gpos[hk][i] = i;
-    }
-  });
-  for (int32_t hk = 0; hk < Hkv; ++hk) {
-    const int32_t n = static_cast<int32_t>(plan.keys[hk].size());
-    plan.kp[hk] = plan.gk[hk].data();
-    plan.vp[hk] = plan.gv[hk].data();
-    plan.pp[hk] = plan.gpos[hk].data();
-    KvHeadView v;
-    v.k_pages = &plan.kp[hk];
-    v.v_pages = &plan.vp[hk];
-    v.pos_pages = &plan.pp[hk];
-    v.page_size = std::max(n, 1);
-    v.row_stride = d;
-    v.n_tokens = n;
-    plan.views[hk] = v;
-  }
 }
 
 }  // namespace sieve

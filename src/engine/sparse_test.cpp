@@ -284,7 +284,9 @@ TEST(Sparse, SketchBasisOfFullRankScoresAsTheExactScorer) {
   const size_t n_prefill = (prompt.size() + 63) / 64;
   float d_pca = 0, d_jl = 0;
   for (size_t s = 0; s < a.logits.size(); ++s) {
-    if (s < n_prefill) EXPECT_LT(max_abs_diff(a.logits[s], b.logits[s]), 1e-4f) << "prefill step " << s;
+    if (s < n_prefill) {
+      EXPECT_LT(max_abs_diff(a.logits[s], b.logits[s]), 1e-4f) << "prefill step " << s;
+    }
     d_pca = std::max(d_pca, max_abs_diff(a.logits[s], b.logits[s]));
     d_jl = std::max(d_jl, max_abs_diff(c.logits[s], b.logits[s]));
   }

@@ -199,7 +199,8 @@ int32_t lower_bound_pos(const KvHeadView& kv, const KeySet& ks, int32_t p) {
   while (lo < hi) {
     const int32_t mid = lo + (hi - lo) / 2;
     const int32_t j = ks.idx ? ks.idx[mid] : ks.begin + mid;
-    if (kv.position(j) < p) lo = mid + 1; else hi = mid;
+    const int32_t pos = ks.rot ? ks.pos_base + mid : kv.position(j);
+    if (pos < p) lo = mid + 1; else hi = mid;
   }
   return lo;
 }
@@ -250,7 +251,9 @@ struct TileGather {
       const int64_t row = off * kv.row_stride;
       f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
-      if (kpos) kpos[t] = kv.pos_pages ? kv.pos_pages[page][off] : key(c0 + t);
+      const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c0 + t);
+      if (keys.rot) keys.rot->rotate(kt + t * d, 1, int64_t{keys.pos_base} + c0 + t - stored);
+      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c0 + t : stored;
     }
   }
 #if defined(__x86_64__)
@@ -282,7 +285,9 @@ struct TileGather {
           _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
         }
       }
-      if (kpos) kpos[t] = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+      const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+      if (keys.rot) keys.rot->rotate(kd, 1, int64_t{keys.pos_base} + c - stored);
+      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
     }
   }
 #endif
@@ -453,12 +458,13 @@ void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, fl
       double mx = -std::numeric_limits<double>::infinity();
       for (int32_t i = 0; i < n_keys; ++i) {
         const int32_t j = keys.idx ? keys.idx[i] : keys.begin + i;
-        const int32_t kp = kv.position(j);
+        const int32_t kp = keys.rot ? keys.pos_base + i : kv.position(j);
         if (kp > qp || (q.window > 0 && qp - kp >= q.window && kp >= q.n_sink)) {
           sc[i] = -std::numeric_limits<double>::infinity();
           continue;
         }
         f16_to_f32_row(kv.k_row(j), k.data(), d);
+        if (keys.rot) keys.rot->rotate(k.data(), 1, int64_t{kp} - kv.position(j));
         double dot = 0;
         for (int c = 0; c < d; ++c) dot += static_cast<double>(qr[c]) * k[c];
         sc[i] = dot * q.scale;

@@ -40,12 +40,20 @@ struct AttnQuery {
   int32_t n_sink = 0;              // with window > 0: keys at positions < n_sink stay visible
 };
 
+class RopeRotator;
+
 // Which keys to read: an ascending index list, or the range [begin, end) when idx == nullptr.
+// Compact positions (rot != nullptr; TokenSelect past the trained window): the c-th key of the
+// set takes position pos_base + c, and its K (stored rotated at its original position) is
+// re-rotated to that position while the tile is gathered - no copy of the selected K/V is made.
+// The rotator must have reserved every offset (RopeRotator::reserve).
 struct KeySet {
   const int32_t* idx = nullptr;
   int32_t n_idx = 0;
   int32_t begin = 0;
   int32_t end = 0;
+  const RopeRotator* rot = nullptr;
+  int32_t pos_base = 0;
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`

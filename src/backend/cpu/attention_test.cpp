@@ -205,5 +205,51 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
 }
 
 
+// Compact positions (KeySet::rot): attention over a selected list whose c-th key takes
+// position pos_base + c equals attention over a copy of those keys re-rotated to positions
+// 0.., and the split into segments merges to the same result.
+TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
+  std::mt19937 rng(11);
+  const int d = 64, n = 2000, G = 3, n_q = 4;
+  PagedHead h(d, 16, n, rng, 1, 0);  // positions 0..n-1
+  RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
+  rot.reserve(n + 1);
+  std::vector<int32_t> idx;
+  for (int j = 0; j < n - n_q; j += 1 + (j * 7919) % 5) idx.push_back(j);  // a scattered selection
+  for (int j = n - n_q; j < n; ++j) idx.push_back(j);  // the queries' own tokens, last
+  const int n_sel = static_cast<int>(idx.size());
+  // The copy: every selected K re-rotated to its compact position (f32, then f16 as stored).
+  std::mt19937 rng2(12);
+  PagedHead c(d, 16, n_sel, rng2, 1, 0);
+  std::vector<float> row(d);
+  for (int i = 0; i < n_sel; ++i) {
+    f16_to_f32_row(h.view().k_row(idx[i]), row.data(), d);
+    rot.rotate(row.data(), 1, i - idx[i]);
+    for (int x = 0; x < d; ++x) c.kp[i / 16][(i % 16) * d + x] = f32_to_fp16(row[x]);
+    std::copy(h.view().v_row(idx[i]), h.view().v_row(idx[i]) + d, c.vp[i / 16].data() + (i % 16) * d);
+  }
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(n_q) * G * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> qpos(n_q);
+  for (int t = 0; t < n_q; ++t) qpos[t] = n_sel - n_q + t;  // compact query positions
+  const AttnQuery aq{q.data(), qpos.data(), n_q, G, d, 0.125f};
+  std::vector<float> o(q.size()), ref(q.size()), copy(q.size());
+  attend(aq, h.view(), KeySet{idx.data(), n_sel, 0, 0, &rot, 0}, o.data());
+  attend_ref(aq, h.view(), KeySet{idx.data(), n_sel, 0, 0, &rot, 0}, ref.data());
+  attend(aq, c.view(), KeySet{nullptr, 0, 0, n_sel}, copy.data());
+  EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
+  EXPECT_LT(max_abs_diff(o, copy), 5e-3f);  // the copy rounds the rotated K to f16
+  // Two parts [0, k0) and [k0, n_sel) with pos_base = k0 merge to the whole.
+  const int k0 = 512;
+  const int64_t rows = int64_t{n_q} * G;
+  std::vector<float> oa(q.size()), ob(q.size()), ma(rows), la(rows), mb(rows), lb(rows);
+  attend(aq, h.view(), KeySet{idx.data(), k0, 0, 0, &rot, 0}, oa.data(), ma.data(), la.data());
+  attend(aq, h.view(), KeySet{idx.data() + k0, n_sel - k0, 0, 0, &rot, k0}, ob.data(), mb.data(), lb.data());
+  merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+  normalize_attn(oa.data(), la.data(), rows, d);
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
+}
+
 }  // namespace
 }  // namespace sieve

@@ -215,7 +215,7 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
   rot.reserve(n + 1);
   std::vector<int32_t> idx;
-  for (int j = 0; j < n - n_q; j += 1 + (j * 7919) % 5) idx.push_back(j);  // a scattered selection
+  for (int j = 0; j < n - n_q; j += 1 + j % 3) idx.push_back(j);  // a scattered selection
   for (int j = n - n_q; j < n; ++j) idx.push_back(j);  // the queries' own tokens, last
   const int n_sel = static_cast<int>(idx.size());
   // The copy: every selected K re-rotated to its compact position (f32, then f16 as stored).
@@ -240,13 +240,20 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   attend(aq, c.view(), KeySet{nullptr, 0, 0, n_sel}, copy.data());
   EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
   EXPECT_LT(max_abs_diff(o, copy), 5e-3f);  // the copy rounds the rotated K to f16
-  // Two parts [0, k0) and [k0, n_sel) with pos_base = k0 merge to the whole.
-  const int k0 = 512;
+  // One part per kAttnSegment keys (pos_base = its first index), merged in order as the
+  // engine's split-K decode does, gives the whole bitwise.
+  ASSERT_GT(n_sel, 2 * kAttnSegment);
   const int64_t rows = int64_t{n_q} * G;
   std::vector<float> oa(q.size()), ob(q.size()), ma(rows), la(rows), mb(rows), lb(rows);
-  attend(aq, h.view(), KeySet{idx.data(), k0, 0, 0, &rot, 0}, oa.data(), ma.data(), la.data());
-  attend(aq, h.view(), KeySet{idx.data() + k0, n_sel - k0, 0, 0, &rot, k0}, ob.data(), mb.data(), lb.data());
-  merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+  for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
+    const KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, &rot, k0};
+    if (k0 == 0) {
+      attend(aq, h.view(), part, oa.data(), ma.data(), la.data());
+    } else {
+      attend(aq, h.view(), part, ob.data(), mb.data(), lb.data());
+      merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+    }
+  }
   normalize_attn(oa.data(), la.data(), rows, d);
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }

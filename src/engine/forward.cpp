@@ -176,6 +176,9 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   if (plans_.size() < batch.size()) plans_.resize(batch.size());
   const int n_threads = pool_.size();
   int n_split_rows = 0;
+  // Compact positions rotate the selected keys (KeySet::rot) and the queries: one rotator per
+  // RoPE base, made ready in this loop, before the workers run.
+  const RopeRotator* rot = nullptr;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int32_t n_q = n_rows_[i];
     for (int h = 0; h < hp.n_head_kv; ++h) {
@@ -207,9 +210,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     if (batch[i].sparse && window == 0 && !batch[i].sparse->policy().dense_attention()) {
       plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
     }
-    // Compact positions re-rotate the selected keys inside attention (KeySet::rot); the
-    // rotator is made ready here, before the workers run.
     const RopeRotator* crot = plan.compact ? &rotator(il, kv_.n_tokens(batch[i].seq) + 1) : nullptr;
+    if (crot) rot = crot;
     for (int h = 0; h < hp.n_head_kv; ++h) {
       const KvHeadView* view = &views[i * hp.n_head_kv + h];
       const bool list = plan.active;
@@ -231,11 +233,6 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         }
       }
     }
-  }
-  // Compact positions rotate the queries too (the rotator was made ready above).
-  const RopeRotator* rot = nullptr;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (plans_[i].compact) rot = &rotator(il, kv_.n_tokens(batch[i].seq) + 1);
   }
   // Later query blocks see more keys: hand out tasks dynamically.
   std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);

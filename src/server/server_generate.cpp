@@ -149,8 +149,9 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
   const int32_t n_ctx = engine_->config().n_ctx;
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   const PolicyPtr policy = request_policy(g);
-  const std::string policy_desc = (policy ? policy : default_policy_)->describe();
-  if (Status st = engine_->check_policy(*(policy ? policy : default_policy_), n_prompt); !st) {
+  const PolicyConfig& effective = *(policy ? policy : default_policy_);
+  const std::string policy_desc = effective.describe();
+  if (Status st = engine_->check_policy(effective, n_prompt); !st) {
     throw ApiError::bad("sieve", "sieve: " + st.message(), "invalid_policy");
   }
 

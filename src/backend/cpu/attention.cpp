@@ -229,9 +229,10 @@ struct TileGather {
     avx2 = false;
 #endif
   }
+  int32_t key(int32_t c) const { return keys.idx ? keys.idx[c] : keys.begin + c; }
   // Page and offset of the c-th key of the set.
   void locate(int32_t c, int32_t& page, int32_t& off) const {
-    const int32_t j = keys.idx ? keys.idx[c] : keys.begin + c;
+    const int32_t j = key(c);
     if (shift >= 0) {
       page = j >> shift;
       off = j & mask;
@@ -240,7 +241,12 @@ struct TileGather {
       off = j - page * kv.page_size;
     }
   }
-  int32_t key(int32_t c) const { return keys.idx ? keys.idx[c] : keys.begin + c; }
+  // The c-th key's position, and its K row (f32, at kd) re-rotated to it when compact.
+  void finish_row(int32_t c, int32_t page, int32_t off, float* kd, int32_t* kpos) const {
+    const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+    if (keys.rot) keys.rot->rotate(kd, 1, int64_t{keys.pos_base} + c - stored);
+    if (kpos) *kpos = keys.rot ? keys.pos_base + c : stored;
+  }
   void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
 #if defined(__x86_64__)
     if (avx2) return gather_avx2(c0, n, kt, vt, kpos);
@@ -251,9 +257,7 @@ struct TileGather {
       const int64_t row = off * kv.row_stride;
       f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
-      const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c0 + t);
-      if (keys.rot) keys.rot->rotate(kt + t * d, 1, int64_t{keys.pos_base} + c0 + t - stored);
-      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c0 + t : stored;
+      finish_row(c0 + t, page, off, kt + t * d, kpos ? kpos + t : nullptr);
     }
   }
 #if defined(__x86_64__)
@@ -285,9 +289,7 @@ struct TileGather {
           _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
         }
       }
-      const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
-      if (keys.rot) keys.rot->rotate(kd, 1, int64_t{keys.pos_base} + c - stored);
-      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
+      finish_row(c, page, off, kd, kpos ? kpos + t : nullptr);
     }
   }
 #endif

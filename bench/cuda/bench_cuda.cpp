@@ -49,6 +49,7 @@ FILE* g_csv = nullptr;
 std::string g_filter;
 int g_iters = 20;
 bool g_quick = false;
+int g_only_n = 0, g_only_b = 0;  // restrict the model-shape loops (profiling one case)
 device_facts g_dev;
 launch_cfg g_lc;
 
@@ -182,6 +183,7 @@ struct buffers {
   int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
   void *q = nullptr, *o = nullptr, *q_mean = nullptr;
   float* proj = nullptr;
+  uint32_t* step_ws = nullptr;  // fused step workspace (zero at rest)
   int64_t max_tokens = 0;
 };
 
@@ -483,6 +485,98 @@ void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const spa
     std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", name.c_str(), cnt[0]);
 }
 
+// The fused step (one cooperative launch) on the shared fp8 sketch with one query sketch:
+// the same work as step_sketch_fp8_shared_raw1. Also times its selection-only mode on the
+// scores that step wrote (".select": selection alone, one row per sequence).
+void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
+  const std::string name = "step_sketch_fused_fp8_shared_raw1";
+  if (!selected(name)) return;
+  const sparse_variant var = resolve(k_variants[5], sh);
+  step_plan sp = make_plan(c, sh, var, bf, bf.q, 1);
+  step_params st;
+  st.sk = sp.sk.sk;
+  st.q = bf.qsk;
+  st.n_sq = 1;
+  st.scale = sp.sk.scale;
+  st.scores = bf.scores;
+  st.score_stride = sp.sk.score_stride;
+  st.seq_len = c.lens;
+  st.batch = c.B;
+  st.max_len = c.N;
+  st.budget = sp.sel.budget;
+  st.out_idx = bf.sel_idx;
+  st.out_stride = k_budget;
+  st.out_count = bf.sel_cnt;
+  st.ws = bf.step_ws;
+  st.attend = sp.attend;
+  {  // attention split count: the decode default against fewer, longer splits
+    const int def = st.attend.n_splits;
+    int best_s = def;
+    double best_t = 1e30;
+    for (int s : {def, std::max(1, def / 2), std::max(1, def / 4), std::min(256, def * 2)}) {
+      step_params t = st;
+      t.attend.n_splits = s;
+      const stats r = time_gpu([&] { SK(sparse_step(t, g_lc)); });
+      report("sparse", name + ".splits" + std::to_string(s), sh.name, c.B, c.N, r, 0,
+             "attention splits sweep");
+      if (r.med < best_t) {
+        best_t = r.med;
+        best_s = s;
+      }
+      if (g_quick) break;
+    }
+    st.attend.n_splits = best_s;
+  }
+  const stats s_eager = time_gpu([&] { SK(sparse_step(st, g_lc)); });
+  report("sparse", name + ".step_eager", sh.name, c.B, c.N, s_eager, 0, "one launch");
+  graph_runner gr;
+  gr.capture([&] { SK(sparse_step(st, g_lc)); });
+  const stats s_graph = time_gpu([&] { gr.run(); });
+  report("sparse", name + ".step", sh.name, c.B, c.N, s_graph, 0,
+         std::string(gr.exec ? "graph" : "eager(capture failed)") +
+             " splits=" + std::to_string(st.attend.n_splits));
+  std::vector<int32_t> cnt(c.B);
+  CK(cudaMemcpy(cnt.data(), bf.sel_cnt, c.B * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  if (cnt[0] != std::min(k_budget, c.N - k_sink - k_window - 1))
+    std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", name.c_str(), cnt[0]);
+  {  // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs
+    uint64_t* d_ns = dalloc<uint64_t>(8);
+    step_params sp_t = st;
+    sp_t.phase_ns = d_ns;
+    const char* names[7] = {"p0_score_hist", "p1_level1",  "p2_level2", "p3_counts",
+                            "p4_emit",       "p5_barrier", "p5_attend"};
+    std::vector<std::vector<double>> d(7);
+    for (int it = 0; it < g_iters; ++it) {
+      CK(launch_l2_flush_read(g_flush, k_flush_bytes, g_sink, g_stream));
+      CK(cudaMemsetAsync(d_ns, 0, 64, g_stream));
+      SK(sparse_step(sp_t, g_lc));
+      uint64_t h[8];
+      CK(cudaMemcpyAsync(h, d_ns, 64, cudaMemcpyDeviceToHost, g_stream));
+      CK(cudaStreamSynchronize(g_stream));
+      for (int i = 0; i < 7; ++i) d[i].push_back((h[i + 1] - h[i]) * 1e-3);
+    }
+    for (int i = 0; i < 7; ++i) {
+      std::sort(d[i].begin(), d[i].end());
+      const stats ph{d[i][d[i].size() / 2], d[i][d[i].size() / 10], d[i][(d[i].size() * 9) / 10]};
+      report("phase", name + "." + names[i], sh.name, c.B, c.N, ph, 0, "CTA 0 globaltimer");
+    }
+    cudaFree(d_ns);
+  }
+  step_params ss = st;
+  ss.attend_on = false;
+  const stats s_ss = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
+  report("sparse", name + ".score", sh.name, c.B, c.N, s_ss, 0, "score+select, no attention");
+  // selection alone needs every score in global memory: the step keeps them in shared memory
+  // when they fit, so write them with the separate scorer first
+  sketch_score_params p = sp.sk;
+  p.mode = sketch_mode::raw;
+  SK(sketch_score(p, g_lc));
+  ss.score = false;
+  const stats s_sel = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
+  report("sparse", name + ".select", sh.name, c.B, c.N, s_sel, 0,
+         "rows=" + std::to_string(c.B) + " fused selection only");
+}
+
 // Synthetic soft-vote-like score rows: sum over 4 heads of softmax(sd * z + spikes).
 std::vector<float> softvote_rows(int rows, int n, float sd, std::mt19937& rng) {
   std::vector<float> out(static_cast<size_t>(rows) * n);
@@ -600,6 +694,29 @@ void bench_select_alone(buffers& bf, std::mt19937& rng, int max_n) {
                                          });
           report("select", std::string("select_") + bk.name + "_" + kd.name + ".chain", "any", B, N,
                  s_chain, bytes, note);
+          if (bk.bu.top_p >= 1.f) {  // the fused step's selection-only mode: rows = sequences
+            step_params st;
+            st.score = false;
+            st.attend_on = false;
+            st.scores = bf.scores;
+            st.score_stride = stride;
+            st.seq_len = d_len;
+            st.batch = rows;
+            st.max_len = N;
+            st.budget = bk.bu;
+            st.out_idx = bf.sel_idx;
+            st.out_stride = bk.out_stride;
+            st.out_count = bf.sel_cnt;
+            st.ws = bf.step_ws;
+            const auto probe = sparse_step(st, g_lc);
+            if (!probe.ok()) {
+              std::printf("select fused B=%d N=%d skipped: %s\n", B, N, probe.message().c_str());
+              continue;
+            }
+            const stats s_fused = time_gpu([&] { SK(sparse_step(st, g_lc)); });
+            report("select", std::string("select_") + bk.name + "_" + kd.name + ".fused", "any", B,
+                   N, s_fused, bytes, note);
+          }
         }
       }
     }
@@ -710,6 +827,18 @@ void bench_append(const shape& sh, buffers& bf, std::mt19937& rng) {
   }
 }
 
+// Cost of a grid barrier: cooperative launches crossing 0, 1 and 10 barriers.
+void bench_barrier(buffers& bf) {
+  if (!selected("barrier")) return;
+  for (int per_sm : {1, 2}) {
+    for (int n : {0, 1, 10}) {
+      const stats s = time_gpu([&] { CK(launch_barrier_probe(bf.step_ws, n, per_sm, g_stream)); });
+      report("barrier", "grid_barrier_x" + std::to_string(n), "any", per_sm, n, s, 0,
+             std::to_string(per_sm) + " CTAs/SM of 128 threads");
+    }
+  }
+}
+
 void bench_copy() {
   if (!selected("copy")) return;
   const size_t bytes = size_t(2) << 30;
@@ -737,9 +866,15 @@ int main(int argc, char** argv) {
       g_iters = std::atoi(argv[++i]);
     else if (a == "--quick")
       g_quick = true;
+    else if (a == "--only-n" && i + 1 < argc)
+      g_only_n = std::atoi(argv[++i]);
+    else if (a == "--only-b" && i + 1 < argc)
+      g_only_b = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr,
-                   "usage: bench_cuda [--out FILE] [--filter SUBSTR] [--iters N] [--quick]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_cuda [--out FILE] [--filter SUBSTR] [--iters N] [--quick] [--only-n N] "
+          "[--only-b B]\n");
       return 1;
     }
   }
@@ -802,6 +937,8 @@ int main(int argc, char** argv) {
   bf.hdr_backup = dalloc<uint8_t>(64 * select_ws_header_bytes());
   bf.sel_idx = dalloc<int32_t>(static_cast<size_t>(64) * 131072);
   bf.sel_cnt = dalloc<int32_t>(64);
+  bf.step_ws = dalloc<uint32_t>(step_ws_bytes(64) / 4);
+  CK(cudaMemset(bf.step_ws, 0, step_ws_bytes(64)));
   bf.q = dalloc<uint16_t>(static_cast<size_t>(512) * 32 * 256);
   bf.o = dalloc<uint16_t>(static_cast<size_t>(512) * 32 * 256);
   bf.q_mean = dalloc<uint16_t>(static_cast<size_t>(8) * 32 * 256);
@@ -811,11 +948,13 @@ int main(int argc, char** argv) {
   CK(launch_fill_random(bf.proj, 8 * 128 * 16 * 8, dtype::f32, 10, 0.03f, 0.f, g_stream));
   CK(cudaStreamSynchronize(g_stream));
 
+  bench_barrier(bf);
   std::vector<int> Ns = {32768, 131072, 524288, 1048576};
   if (g_quick) Ns = {32768, 131072};
   for (const shape& sh : {k_llama, k_smol, k_gemma}) {
     for (int N : Ns) {
       for (int B : {1, 8}) {
+        if ((g_only_n && N != g_only_n) || (g_only_b && B != g_only_b)) continue;
         cache c;
         c.build(B, N, sh, bf.k, bf.v, rng);
         bench_dense_decode(c, sh, bf);
@@ -826,6 +965,7 @@ int main(int argc, char** argv) {
           if (!main_shape && N == 524288) continue;
           bench_sparse_decode(c, sh, bf, var);
         }
+        if (main_shape) bench_fused_step(c, sh, bf);
         c.free_all();
       }
     }

@@ -273,4 +273,84 @@ Status prefill_attention(prefill_params p, const launch_cfg& lc) {
   return cuda_status(launch_prefill(p, lc), who);
 }
 
+int64_t step_ws_bytes(int32_t batch) {
+  auto dev = current_device();
+  return step_workspace_bytes(batch, dev ? dev->n_sm : 1024);
+}
+
+Status sparse_step(step_params p, const launch_cfg& lc) {
+  const char* who = "sparse_step";
+  if (p.batch <= 0) return make_error("{}: batch = {}, expected > 0", who, p.batch);
+  if (p.score) {
+    SIEVE_TRY(check_pages(p.sk.pages, who));
+    if (p.sk.pages.batch != p.batch)
+      return make_error("{}: the sketch page table holds {} sequences, step has {}", who,
+                        p.sk.pages.batch, p.batch);
+    if (page_shift_of(p.sk.pages.page_size) < 0)
+      return make_error("{}: page_size = {} must be a power of two", who, p.sk.pages.page_size);
+    if (p.sk.n_sk_heads != 1)
+      return make_error(
+          "{}: {} sketch heads; the fused step scores one shared sketch head per sequence (use "
+          "sketch_score + select for per-kv-head rows)",
+          who, p.sk.n_sk_heads);
+    if (p.sk.type != dtype::fp8_e4m3 || p.sk.dim != 16)
+      return make_error(
+          "{}: sketch keys must be fp8_e4m3 with d_s 16 (got type {}, d_s {}); other formats "
+          "run the separate kernels",
+          who, static_cast<int>(p.sk.type), p.sk.dim);
+    if (p.sk.keys == nullptr || p.q == nullptr) return make_error("{}: keys / q are null", who);
+    if (p.n_sq < 1 || p.n_sq > 32) return make_error("{}: n_sq = {} outside [1, 32]", who, p.n_sq);
+  }
+  if (p.scores == nullptr || p.seq_len == nullptr || p.out_idx == nullptr ||
+      p.out_count == nullptr || p.ws == nullptr)
+    return make_error("{}: scores / seq_len / out_idx / out_count / ws must be set", who);
+  if (p.budget.top_p < 1.f)
+    return make_error("{}: top_p = {}; the fused step selects top-k only (use select())", who,
+                      p.budget.top_p);
+  if (p.budget.k_max < 0) return make_error("{}: negative k_max", who);
+  if (p.out_stride < p.budget.k_max)
+    return make_error("{}: out_stride = {} < k_max = {}", who, p.out_stride, p.budget.k_max);
+  if (p.attend_on) {
+    const decode_params& a = p.attend;
+    SIEVE_TRY(check_kv(a.kv, a.n_q_heads, true, who));
+    if (a.kv.pages.batch != p.batch)
+      return make_error("{}: attention page table holds {} sequences, step has {}", who,
+                        a.kv.pages.batch, p.batch);
+    if (a.q == nullptr || a.o == nullptr) return make_error("{}: attend q / o are null", who);
+    if (a.set.sel_idx != p.out_idx || a.set.sel_count != p.out_count ||
+        a.set.sel_stride != p.out_stride || a.set.sel_heads != 1 || a.set.n_sink != p.budget.lo ||
+        a.set.n_window != p.budget.tail - 1)
+      return make_error(
+          "{}: attend.set must read this step's selection (sel_idx/sel_count/sel_stride = "
+          "out_*, sel_heads 1, n_sink = budget.lo, n_window = budget.tail - 1)",
+          who);
+    if (a.n_splits < 1 || a.n_splits > k_max_splits)
+      return make_error("{}: n_splits = {} outside [1, {}]", who, a.n_splits, k_max_splits);
+    if (a.n_splits > 1 && (a.ws_o == nullptr || a.ws_ml == nullptr || a.ws_counter == nullptr))
+      return make_error("{}: n_splits = {} needs ws_o, ws_ml and ws_counter", who, a.n_splits);
+  } else if (p.attend.kv.head_dim != 64 && p.attend.kv.head_dim != 128 &&
+             p.attend.kv.head_dim != 256) {
+    p.attend.kv.head_dim = 128;  // selection only: any instance will do
+    if (p.attend.kv.type != dtype::f16) p.attend.kv.type = dtype::bf16;
+  }
+  fix_shift(p.sk.pages);
+  fix_shift(p.attend.kv.pages);
+  if (!p.score) {  // only the key format picks the instance
+    p.sk.type = dtype::fp8_e4m3;
+    p.sk.dim = 16;
+  }
+  if (p.max_len <= 0)
+    return make_error("{}: max_len = {} (the longest sequence) must be set", who, p.max_len);
+  const cudaError_t e = launch_sparse_step(p, lc);
+  if (e == cudaErrorInvalidConfiguration)
+    return make_error("{}: batch = {} exceeds the resident CTAs of the device; split the batch",
+                      who, p.batch);
+  if (e == cudaErrorLaunchOutOfResources)
+    return make_error(
+        "{}: max_len = {} is too long for the per-CTA buffers at batch {}; split the batch or "
+        "use the separate kernels",
+        who, p.max_len, p.batch);
+  return cuda_status(e, who);
+}
+
 }  // namespace sieve::cuda

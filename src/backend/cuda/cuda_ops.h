@@ -63,4 +63,9 @@ Status kv_append(kv_append_params p, const launch_cfg& lc);
 Status sketch_query(sketch_query_params p, const launch_cfg& lc);
 Status prefill_attention(prefill_params p, const launch_cfg& lc);
 
+// The fused sparse decode step (score + top-k + attention in one cooperative launch; see
+// kernels/sparse_step.cuh). ws: step_ws_bytes(batch), zeroed once before first use.
+int64_t step_ws_bytes(int32_t batch);
+Status sparse_step(step_params p, const launch_cfg& lc);
+
 }  // namespace sieve::cuda

@@ -41,17 +41,17 @@ struct decode_cfg {
   static_assert(D % 64 == 0, "head_dim must be 64, 128 or 256");
 };
 
+// One work item (split, kv head g, sequence b) of decode attention / exact scoring, run by a
+// whole CTA of 128 threads over `smem` (C::smem_bytes). decode_kernel runs one per CTA; the
+// fused sparse step (sparse_step.cuh) loops over items inside a persistent CTA, so the body
+// must not assume that the CTA's shared memory is fresh (callers __syncthreads() between).
 template <class T, int D, bool SCORE>
-__global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
+__device__ __forceinline__ void decode_block(const decode_params& p, const int split, const int g,
+                                             const int b, uint8_t* smem) {
   using C = decode_cfg<D, SCORE>;
   constexpr int KD = D / 16;      // k-steps of the S product, m-tiles of the O product
   constexpr int CPR = D / 8;      // 16-byte chunks per row
   constexpr int RPP = 128 / CPR;  // rows one pass of the CTA loads
-  extern __shared__ __align__(128) uint8_t smem[];
-
-  const int split = blockIdx.x;
-  const int g = blockIdx.y;
-  const int b = blockIdx.z;
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -59,9 +59,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
   const int G = p.n_q_heads / n_kv;
   const int row_id = b * n_kv + g;
   const page_table& pt = p.kv.pages;
-
-  griddep_wait();
-  griddep_launch_dependents();
 
   if constexpr (SCORE) {
     if (p.zero_ws != nullptr && split == 0) {
@@ -105,27 +102,58 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
 
   const T* kbase = static_cast<const T*>(p.kv.k);
   const T* vbase = static_cast<const T*>(p.kv.v);
-  auto load_tile = [&](int stage, int t_idx) {
-    uint8_t* ks = smem + stage * C::stage_bytes;
-    uint8_t* vs = ks + C::tile * C::row_bytes;
-    const int v0 = begin + t_idx * C::tile;
-    const int col = tid % CPR;
+  // Gather of one tile in three batched steps: every row's list entry (sparse: an index load),
+  // then every row's page id, then the cp.asyncs. cp.async is asm volatile with a memory
+  // clobber, so issuing it row by row would serialise each row's two dependent loads; batched,
+  // a tile costs two round trips, and the prologue batches all of its tiles together.
+  constexpr int ROWS = C::tile / RPP;  // rows of a tile this thread copies
+  const int col = tid % CPR;
+  const int r_first = tid / CPR;
+  auto tile_tokens = [&](int t_idx, int(&tok)[ROWS]) {
+    const int v0 = begin + t_idx * C::tile + r_first;
 #pragma unroll
-    for (int r = tid / CPR; r < C::tile; r += RPP) {
-      const int vi = v0 + r;
-      const bool valid = vi < end;
-      int64_t off = 0;
-      if (valid) off = (token_row(pt, first_page, tl.token(vi)) * n_kv + g) * D + col * 8;
-      const int soff = r * C::row_bytes + ((col ^ (r & 7)) << 4);
-      cp_async16(ks + soff, kbase + off, valid);
-      if constexpr (!SCORE) cp_async16(vs + soff, vbase + off, valid);
+    for (int j = 0; j < ROWS; ++j) {
+      const int vi = v0 + j * RPP;
+      tok[j] = vi < end ? tl.token(vi) : -1;
     }
   };
-
+  auto tile_offsets = [&](const int(&tok)[ROWS], int64_t(&off)[ROWS]) {
 #pragma unroll
-  for (int s = 0; s < C::stages - 1; ++s) {
-    if (s < n_tiles) load_tile(s, s);
-    cp_async_commit();
+    for (int j = 0; j < ROWS; ++j)
+      off[j] = tok[j] >= 0 ? (token_row(pt, first_page, tok[j]) * n_kv + g) * D + col * 8 : 0;
+  };
+  auto tile_issue = [&](int stage, const int(&tok)[ROWS], const int64_t(&off)[ROWS]) {
+    uint8_t* ks = smem + stage * C::stage_bytes;
+    uint8_t* vs = ks + C::tile * C::row_bytes;
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) {
+      const int r = r_first + j * RPP;
+      const int soff = r * C::row_bytes + ((col ^ (r & 7)) << 4);
+      cp_async16(ks + soff, kbase + off[j], tok[j] >= 0);
+      if constexpr (!SCORE) cp_async16(vs + soff, vbase + off[j], tok[j] >= 0);
+    }
+  };
+  // Prologue: the first stages-1 tiles are issued, and the next tile's rows are resolved, all
+  // in one batch. In the loop, tile it + stages-1 is issued from rows resolved one iteration
+  // earlier, and the list entries of the tile after it are loaded before the tensor-core work
+  // of tile `it` and turned into page rows after it, so no gather round trip is waited for.
+  constexpr int P = C::stages - 1;
+  int tok_nx[ROWS];
+  int64_t off_nx[ROWS];
+  {
+    int tok[P][ROWS];
+    int64_t off[P][ROWS];
+#pragma unroll
+    for (int s = 0; s < P; ++s) tile_tokens(s, tok[s]);  // rows past the end read as -1
+    tile_tokens(P, tok_nx);
+#pragma unroll
+    for (int s = 0; s < P; ++s) tile_offsets(tok[s], off[s]);
+    tile_offsets(tok_nx, off_nx);
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+      if (s < n_tiles) tile_issue(s, tok[s], off[s]);
+      cp_async_commit();
+    }
   }
 
   // Per lane: heads h0 = 2(lane%4), h0+1; tokens lane/4 and lane/4 + 8 of the warp's 16.
@@ -139,10 +167,12 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<C::stages - 2>();
     __syncthreads();
+    int tok_after[ROWS];
     {
-      const int nt = it + C::stages - 1;
-      if (nt < n_tiles) load_tile(nt % C::stages, nt);
+      const int nt = it + P;
+      if (nt < n_tiles) tile_issue(nt % C::stages, tok_nx, off_nx);
       cp_async_commit();
+      tile_tokens(nt + 1, tok_after);  // -1 past the end
     }
     const uint8_t* ks = smem + (it % C::stages) * C::stage_bytes;
     const uint8_t* vs = ks + C::tile * C::row_bytes;
@@ -214,6 +244,9 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
         }
       }
     }
+    tile_offsets(tok_after, off_nx);
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) tok_nx[j] = tok_after[j];
   }
   cp_async_wait<0>();
 
@@ -251,7 +284,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
 #pragma unroll
       for (int w = 0; w < C::warps; ++w)
         merge_ms(m, l, sm_ml[(w * 8 + tid) * 2], sm_ml[(w * 8 + tid) * 2 + 1]);
-      float* st = p.stats + ((static_cast<int64_t>(row_id) * gridDim.x + split) * G + tid) * 2;
+      float* st = p.stats + ((static_cast<int64_t>(row_id) * p.n_splits + split) * G + tid) * 2;
       st[0] = m;
       st[1] = l;
     }
@@ -366,6 +399,14 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
     }
     if (tid == 0) p.ws_counter[row_id] = 0u;  // ready for the next launch
   }
+}
+
+template <class T, int D, bool SCORE>
+__global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  griddep_wait();
+  griddep_launch_dependents();
+  decode_block<T, D, SCORE>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
 }
 
 }  // namespace sieve::cuda

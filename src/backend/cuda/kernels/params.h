@@ -177,6 +177,37 @@ struct soft_vote_params {
   hist_sink hist;
 };
 
+// One fused sparse decode step in a single persistent (cooperative) launch: sketch scores
+// with one shared sketch head per sequence (raw mode: sum of the n_sq query logits), the
+// top-k selection (11/11/10-bit radix levels, ties to the lowest positions), the ordered
+// index list, and decode attention over sinks + selection + window. CTAs meet at grid
+// barriers between phases instead of kernel boundaries. `attend.set` must name this step's
+// outputs (sel_idx = out_idx, sel_count = out_count, sel_heads = 1, n_sink = budget.lo,
+// n_window = budget.tail - 1); the host API checks that.
+struct step_params {
+  sketch_keys sk;            // n_sk_heads == 1
+  const float* q = nullptr;  // [batch, n_sq, dim] fp32 query sketches
+  int32_t n_sq = 1;          // query sketches per sequence (<= 32)
+  float scale = 1.f;         // logit = (q . key) * key_scale * scale
+  bool score = true;         // false: selection (and attention) over the given `scores`
+  bool attend_on = true;     // false: stop after the selection
+  float* scores = nullptr;   // [batch, score_stride]: written when score, else read
+  int64_t score_stride = 0;
+  const int32_t* seq_len = nullptr;  // [batch]
+  int32_t batch = 0;
+  int32_t max_len = 0;         // >= every seq_len (sizes the per-CTA buffers)
+  select_budget budget;        // top-k only (top_p >= 1)
+  int32_t* out_idx = nullptr;  // [batch, out_stride] ascending positions
+  int32_t out_stride = 0;
+  int32_t* out_count = nullptr;  // [batch]
+  uint32_t* ws = nullptr;        // step_ws_bytes(): zero before first use; the kernel leaves it so
+  decode_params attend;          // attention of the step (kv, q, o, splits, merge workspaces)
+  uint64_t* phase_ns = nullptr;  // optional [8]: %globaltimer stamps of CTA 0 at the start,
+                                 // after P0, P1, P2, P3, P4, the last barrier, the end
+  int32_t ctas_per_seq = 0;      // set by the launcher
+  int32_t smem_scores = 0;       // set by the launcher: score cache capacity per CTA (floats)
+};
+
 // Append new tokens' K/V into pages and write their sketch keys.
 struct kv_append_params {
   void* k = nullptr;  // paged [n_pages, page_size, n_kv_heads, head_dim]

@@ -24,6 +24,12 @@ cudaError_t launch_select(const select_params& p, bool hist_done, int grid_x, co
 cudaError_t launch_kv_append(const kv_append_params& p, const launch_cfg& lc);
 cudaError_t launch_sketch_query(const sketch_query_params& p, const launch_cfg& lc);
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
+// The fused sparse decode step (cooperative launch; lc.pdl is not used).
+cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc);
+int64_t step_workspace_bytes(int batch, int n_sm);
+// Benchmark aid: a cooperative launch of ctas_per_sm x SMs CTAs crossing n grid barriers.
+cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
+                                 cudaStream_t stream);
 
 // Pseudo-random fill (mean offset, sd scale) of n elements of type t: benchmark data.
 cudaError_t launch_fill_random(void* p, int64_t n, dtype t, uint64_t seed, float scale,

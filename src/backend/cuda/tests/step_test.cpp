@@ -1,0 +1,285 @@
+// The fused sparse decode step (one cooperative launch) against the separate kernels it
+// replaces (sketch_score raw -> select -> decode_attention, each tested against float64 CPU
+// references elsewhere): same selection, same attention output; and its selection-only mode
+// against a CPU top-k on tie-heavy scores, repeated launches over one workspace, and the
+// argument checks.
+#include "backend/cuda/tests/test_util.h"
+
+namespace sieve::cuda::test {
+namespace {
+
+std::vector<int> cpu_topk(const float* s, int lo, int hi, int k) {
+  std::vector<int> o;
+  for (int t = lo; t < hi; ++t) o.push_back(t);
+  std::stable_sort(o.begin(), o.end(),
+                   [&](int a, int b) { return float_key_host(s[a]) > float_key_host(s[b]); });
+  o.resize(std::min<size_t>(o.size(), static_cast<size_t>(std::max(k, 0))));
+  std::sort(o.begin(), o.end());
+  return o;
+}
+
+struct step_case {
+  std::vector<int32_t> lens;
+  int n_q, n_kv, D;
+  dtype type;
+  int n_sq;
+  int k, sinks, window;
+};
+
+void run_fused_vs_chain(const step_case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int ps = 16;
+  paged_cache kv;
+  kv.build(c.lens, ps, c.n_kv, c.D, c.type, rng);
+  const int B = kv.batch, G = c.n_q / c.n_kv;
+  const int max_len = *std::max_element(c.lens.begin(), c.lens.end());
+  // shared fp8 sketch keys on the same page table: [n_pages, 1, ps, 16]
+  std::vector<uint8_t> sk(static_cast<size_t>(kv.n_pages) * ps * 16);
+  for (auto& b : sk) {
+    do b = static_cast<uint8_t>(rng() & 0xff);
+    while ((b & 0x7f) == 0x7f || ((b >> 3) & 15) > 9);
+  }
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> qsk(static_cast<size_t>(B) * c.n_sq * 16);
+  for (auto& x : qsk) x = nd(rng);
+  std::vector<uint16_t> q = random_half(static_cast<size_t>(B) * c.n_q * c.D, c.type, rng, 2.f);
+  dbuf<uint8_t> d_sk(sk);
+  dbuf<float> d_qsk(qsk);
+  dbuf<uint16_t> d_q(q);
+  const int64_t stride = score_row_stride(max_len);
+  const int n_splits = decode_splits(B * c.n_kv, c.k + c.sinks + c.window + 1, 132, c.D);
+
+  select_budget bu;
+  bu.k_max = c.k;
+  bu.lo = c.sinks;
+  bu.tail = c.window + 1;
+  sketch_keys keys;
+  keys.keys = d_sk.p;
+  keys.type = dtype::fp8_e4m3;
+  keys.key_scale = 0.5f;
+  keys.n_sk_heads = 1;
+  keys.dim = 16;
+  keys.pages = kv.table();
+
+  // ---- the separate kernels
+  dbuf<float> scores_a(static_cast<size_t>(B) * stride);
+  dbuf<uint8_t> sel_ws(select_ws_bytes(B, max_len));
+  dbuf<int32_t> idx_a(static_cast<size_t>(B) * c.k), cnt_a(B);
+  dbuf<float> ws_o(decode_ws_o_floats(B, c.n_kv, n_splits, G, c.D)),
+      ws_ml(decode_ws_ml_floats(B, c.n_kv, n_splits, G));
+  dbuf<uint32_t> ws_cnt(B * c.n_kv);
+  ws_cnt.zero();
+  dbuf<uint16_t> o_a(static_cast<size_t>(B) * c.n_q * c.D), o_b(o_a.n);
+  select_params sp;
+  sp.scores = scores_a.p;
+  sp.score_stride = stride;
+  sp.seq_len = kv.d_lens.p;
+  sp.n_rows = B;
+  sp.budget = bu;
+  sp.ws.base = sel_ws.p;
+  sp.ws.n_rows = B;
+  sp.ws.max_tiles = select_max_tiles(max_len);
+  sp.out_idx = idx_a.p;
+  sp.out_stride = c.k;
+  sp.out_count = cnt_a.p;
+  sketch_score_params ss;
+  ss.sk = keys;
+  ss.q = d_qsk.p;
+  ss.n_sq = c.n_sq;
+  ss.scale = 0.25f;
+  ss.mode = sketch_mode::raw;
+  ss.chunk_tokens = 1024;
+  ss.n_chunks = (max_len + 1023) / 1024;
+  ss.scores = scores_a.p;
+  ss.score_stride = stride;
+  ss.hist.ws = sp.ws;
+  ss.hist.seq_len = kv.d_lens.p;
+  ss.hist.budget = bu;
+  ss.zero_ws = sel_ws.p;
+  ss.zero_bytes = select_ws_header_bytes();
+  decode_params a;
+  a.kv = kv.view();
+  a.q = d_q.p;
+  a.n_q_heads = c.n_q;
+  a.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+  a.o = o_a.p;
+  a.n_splits = n_splits;
+  a.ws_o = ws_o.p;
+  a.ws_ml = ws_ml.p;
+  a.ws_counter = ws_cnt.p;
+  a.set.sel_idx = idx_a.p;
+  a.set.sel_count = cnt_a.p;
+  a.set.sel_stride = c.k;
+  a.set.n_sink = c.sinks;
+  a.set.n_window = c.window;
+  STATUS_OK(sketch_score(ss, launch_cfg{}));
+  STATUS_OK(select(sp, true, launch_cfg{}));
+  STATUS_OK(decode_attention(a, launch_cfg{}));
+
+  // ---- fused
+  dbuf<float> scores_b(static_cast<size_t>(B) * stride);
+  dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
+  ws.zero();
+  dbuf<int32_t> idx_b(static_cast<size_t>(B) * c.k), cnt_b(B);
+  step_params st;
+  st.sk = keys;
+  st.q = d_qsk.p;
+  st.n_sq = c.n_sq;
+  st.scale = 0.25f;
+  st.scores = scores_b.p;
+  st.score_stride = stride;
+  st.seq_len = kv.d_lens.p;
+  st.batch = B;
+  st.max_len = max_len;
+  st.budget = bu;
+  st.out_idx = idx_b.p;
+  st.out_stride = c.k;
+  st.out_count = cnt_b.p;
+  st.ws = ws.p;
+  st.attend = a;
+  st.attend.o = o_b.p;
+  st.attend.set.sel_idx = idx_b.p;
+  st.attend.set.sel_count = cnt_b.p;
+  for (int rep = 0; rep < 2; ++rep) {  // the second launch reuses the workspace as left
+    idx_b.poison();
+    o_b.poison();
+    STATUS_OK(sparse_step(st, launch_cfg{}));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<int32_t> ca = cnt_a.get(), cb = cnt_b.get(), ia = idx_a.get(),
+                               ib = idx_b.get();
+    for (int b = 0; b < B; ++b) {
+      const int want = std::max(0, std::min(c.k, c.lens[b] - c.sinks - c.window - 1));
+      ASSERT_EQ(ca[b], want) << "chain count, seq " << b;
+      ASSERT_EQ(cb[b], ca[b]) << "seq " << b << " rep " << rep;
+      for (int i = 0; i < cb[b]; ++i)
+        ASSERT_EQ(ib[static_cast<size_t>(b) * c.k + i], ia[static_cast<size_t>(b) * c.k + i])
+            << "seq " << b << " entry " << i << " rep " << rep;
+    }
+    const std::vector<uint16_t> oa = o_a.get(), ob = o_b.get();
+    std::vector<double> ga, gb;
+    for (size_t i = 0; i < oa.size(); ++i) {
+      ga.push_back(from_half_bits(oa[i], c.type));
+      gb.push_back(from_half_bits(ob[i], c.type));
+    }
+    EXPECT_LT(rel_err(gb, ga), 2e-3) << "rep " << rep;
+  }
+  // the workspace is left ready: the barrier counter at a whole unit (2^20), histograms zero
+  const std::vector<uint32_t> w = ws.get();
+  EXPECT_EQ(w[0] & 0xfffffu, 0u);
+  EXPECT_NE(w[0] | w[1], 0u);
+  for (size_t i = 32; i < 32 + static_cast<size_t>(B) * 3 * (2048 + 128); ++i)
+    ASSERT_EQ(w[i], 0u) << "histogram word " << i;
+}
+
+TEST(CudaSparseStep, LlamaShapeOneQueryMatchesChain) {
+  SIEVE_REQUIRE_GPU();
+  run_fused_vs_chain({{40000, 9000}, 32, 8, 128, dtype::bf16, 1, 512, 64, 128}, 71);
+}
+TEST(CudaSparseStep, SmolShapeManyQueriesF16) {
+  SIEVE_REQUIRE_GPU();
+  run_fused_vs_chain({{12345, 700, 3000}, 9, 3, 64, dtype::f16, 9, 256, 32, 64}, 72);
+}
+TEST(CudaSparseStep, GemmaShapeShortSequence) {
+  SIEVE_REQUIRE_GPU();
+  // the second sequence has no selectable range (len < sinks + window + 1)
+  run_fused_vs_chain({{6000, 150}, 4, 1, 256, dtype::bf16, 4, 1024, 128, 64}, 73);
+}
+
+// Selection only, over given scores with heavy ties: top-k with ties to the lowest positions.
+TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(74);
+  const std::vector<int32_t> lens = {300000, 5000, 40, 70000};
+  const int B = static_cast<int>(lens.size());
+  const int max_len = 300000;
+  const int64_t stride = score_row_stride(max_len);
+  std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < lens[b]; ++t) {
+      float v = nd(rng);
+      if (b == 1) v = std::round(v * 4.f) / 4.f;  // a handful of distinct values
+      if (b == 3) v = std::round(v * 64.f) / 64.f;
+      sc[static_cast<size_t>(b) * stride + t] = v;
+    }
+  dbuf<float> d_sc(sc);
+  dbuf<int32_t> d_lens(lens);
+  for (int k : {2048, 1, 0, 6000}) {
+    select_budget bu;
+    bu.k_max = k;
+    bu.lo = 16;
+    bu.tail = 33;
+    const int out_stride = std::max(k, 1);
+    dbuf<int32_t> idx(static_cast<size_t>(B) * out_stride), cnt(B);
+    dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
+    ws.zero();
+    step_params st;
+    st.score = false;
+    st.attend_on = false;
+    st.scores = d_sc.p;
+    st.score_stride = stride;
+    st.seq_len = d_lens.p;
+    st.batch = B;
+    st.max_len = max_len;
+    st.budget = bu;
+    st.out_idx = idx.p;
+    st.out_stride = out_stride;
+    st.out_count = cnt.p;
+    st.ws = ws.p;
+    idx.poison();
+    STATUS_OK(sparse_step(st, launch_cfg{}));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<int32_t> o = idx.get(), c = cnt.get();
+    for (int b = 0; b < B; ++b) {
+      const int lo = std::min(bu.lo, lens[b]), hi = std::max(lens[b] - bu.tail, lo);
+      const std::vector<int> want =
+          cpu_topk(sc.data() + static_cast<size_t>(b) * stride, lo, hi, k);
+      ASSERT_EQ(c[b], static_cast<int>(want.size())) << "k " << k << " seq " << b;
+      std::vector<int> got(o.begin() + static_cast<size_t>(b) * out_stride,
+                           o.begin() + static_cast<size_t>(b) * out_stride + c[b]);
+      ASSERT_EQ(got, want) << "k " << k << " seq " << b;
+    }
+  }
+}
+
+TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {
+  // argument checks run before any launch: no device needed
+  step_params st;
+  st.batch = 1;
+  st.score = false;
+  st.attend_on = false;
+  int32_t fake = 0;
+  st.scores = reinterpret_cast<float*>(&fake);
+  st.seq_len = &fake;
+  st.out_idx = &fake;
+  st.out_count = &fake;
+  st.ws = reinterpret_cast<uint32_t*>(&fake);
+  st.budget.k_max = 4;
+  st.out_stride = 4;
+  st.budget.top_p = 0.9f;
+  auto s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("top-k only"), std::string::npos) << s.message();
+  st.budget.top_p = 2.f;
+  st.score = true;
+  st.sk.pages.indptr = st.sk.pages.indices = st.sk.pages.last_page_len = &fake;
+  st.sk.pages.batch = 1;
+  st.sk.pages.page_size = 16;
+  st.sk.n_sk_heads = 8;
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shared sketch head"), std::string::npos) << s.message();
+  st.sk.n_sk_heads = 1;
+  st.sk.type = dtype::bf16;
+  st.sk.dim = 16;
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fp8_e4m3 with d_s 16"), std::string::npos) << s.message();
+  st.sk.pages.page_size = 12;
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("power of two"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace sieve::cuda::test

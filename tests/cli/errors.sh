@@ -34,6 +34,12 @@ expect_user_error() {  # name, expected substring, command...
 }
 
 expect_user_error missing-file "no-such.gguf" "$SIEVE" run -m "$tmp/no-such.gguf" -p hi
+if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and checks each knob
+  expect_user_error bench-bad-knob "theta" "$SIEVE" bench -m "$MODEL" --lengths 64 --n-decode 1 \
+    --policies dense,tokenselect:theta=abc
+  expect_user_error bench-head-plan-alone "head-plan" "$SIEVE" bench -m "$MODEL" --lengths 64 \
+    --n-decode 1 --policies dense,tokenselect --head-plan "$tmp/none.json"
+fi
 printf 'GGUF' >"$tmp/short.gguf"
 expect_user_error truncated-header "short.gguf" "$SIEVE" inspect "$tmp/short.gguf"
 printf 'NOPE0000000000000000000000000000' >"$tmp/magic.gguf"

@@ -21,6 +21,7 @@
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
+#include "eval/policies.h"
 #include "bench_engine.h"
 #include "model_cache.h"
 #include "run_common.h"
@@ -80,11 +81,21 @@ int run(BenchOptions o) {
     if (ids.size() < 2) throw UserError("the prompt file " + o.file + " has no text");
     for (int32_t i = 0; i < max_len; ++i) prompt[i] = ids[i % ids.size()];
   }
-  std::vector<PolicyPtr> policies;
-  for (const std::string& name : o.policies) {
-    policies.push_back(policy_from_flags(PolicyFlags{name, "", name == "dense" ? std::vector<std::string>{} : o.sets,
-                                                     name == "rtpurbo" ? o.head_plan : std::string()}));
+  // Each item is NAME or NAME:key=value:... (as in sieve eval); --set applies to every sparse item.
+  std::vector<std::string> items = o.policies;
+  if (!o.head_plan.empty()) {
+    bool any = false;
+    for (std::string& it : items) {
+      if (it == "rtpurbo" || it.rfind("rtpurbo:", 0) == 0) {
+        it += ":head_plan=" + o.head_plan;
+        any = true;
+      }
+    }
+    if (!any) throw UserError("--head-plan is read by policy rtpurbo only; list it (e.g. --policies dense,rtpurbo)");
   }
+  auto listed = eval::make_policy_list(items, o.sets);
+  if (!listed) throw UserError(listed.message());
+  const std::vector<PolicyPtr> policies = std::move(*listed);
   // --dense-prefill: the policy the dense rows prefill with, parsed once.
   const PolicyPtr dense_prefill =
       o.dense_prefill.empty() ? nullptr : policy_from_flags(PolicyFlags{o.dense_prefill, "", {}, ""});
@@ -212,7 +223,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--batch", o->n_batch, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--reps", o->reps, "measured repetitions (median reported)")->check(CLI::Range(1, 100));
   app.add_option("--warmup", o->warmup, "warm-up runs before measuring")->check(CLI::Range(0, 10));
-  app.add_option("--policies", o->policies, "attention policies to compare (dense first for ratios)")->delimiter(',');
+  app.add_option("--policies", o->policies, "attention policies to compare, each NAME or NAME:key=value:... (dense first for ratios)")->delimiter(',');
   app.add_option("--set", o->sets, "policy knob key=value for every policy but dense (repeatable)");
   app.add_option("--head-plan", o->head_plan, "head plan of the rtpurbo policy (sieve calibrate)");
   app.add_option("-f,--file", o->file, "prompt text, repeated to each length (default: synthetic ids)");

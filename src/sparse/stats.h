@@ -22,6 +22,7 @@ struct SparseStats {
   int64_t prefill_rows_dense = 0;
   int64_t prefill_selections = 0;  // (selection layer, chunk) selections run
   int64_t prefill_dropped = 0;     // prompt tokens dropped, summed over selections
+  int64_t select_ns = 0;           // wall time planning sparse attention (scoring, selection)
 
   double mean_selected() const { return layer_steps ? double(selected_tokens) / layer_steps : 0; }
   double selected_fraction() const {
@@ -44,6 +45,7 @@ struct SparseStats {
     prefill_rows_dense += o.prefill_rows_dense;
     prefill_selections += o.prefill_selections;
     prefill_dropped += o.prefill_dropped;
+    select_ns += o.select_ns;
   }
 };
 

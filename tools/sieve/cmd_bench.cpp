@@ -126,6 +126,7 @@ int run(BenchOptions o) {
       std::vector<double> pf, dc;
       SparseStats last;
       int64_t kv_bytes = 0;
+      int64_t decode_select_ns = 0;  // planning sparse attention during decode (last repetition)
       const PolicyConfig resolved = resolve_auto(*policy, len);
       for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {  // rep <= 0: warm-up
         auto added = kv.add_sequence({});
@@ -151,6 +152,7 @@ int run(BenchOptions o) {
           }
         }
         auto t1 = std::chrono::steady_clock::now();
+        const int64_t select_ns_prefill = sp ? sp->stats.select_ns : 0;
         int32_t tok = argmax(logits);
         for (int32_t g = 0; g < o.n_decode; ++g) {
           BatchEntry e;
@@ -168,6 +170,7 @@ int run(BenchOptions o) {
         auto t2 = std::chrono::steady_clock::now();
         kv_bytes = kv.seq_bytes(seq);
         last = sp ? sp->stats : SparseStats{};
+        decode_select_ns = last.select_ns - select_ns_prefill;
         if (pre) last.add(pre->stats);
         if (Status s = kv.free_sequence(seq); !s) throw UserError(s.message());
         if (rep <= 0) continue;
@@ -182,14 +185,15 @@ int run(BenchOptions o) {
                           {"selected_fraction", last.selected_fraction()},
                           {"mean_selected_tokens", last.mean_selected()},
                           {"selection_cache_hit_rate", last.hit_rate()},
+                          {"decode_select_ms_per_token", decode_select_ns / 1e6 / o.n_decode},
                           {"tokens_evicted", last.tokens_evicted},
                           {"prefill_row_fraction", last.prefill_row_fraction()},
                           {"prefill_tokens_dropped", last.prefill_dropped}};
-      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s, read {:.1f}%, hits {:.0f}%, "
-               "prefill rows {:.1f}%, KV {:.1f} MiB",
+      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} ms/token planning "
+               "sparse attention), read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, KV {:.1f} MiB",
                nt, len, resolved.describe(), median(pf), 1000.0 * len / median(pf), median(dc),
-               100 * last.selected_fraction(), 100 * last.hit_rate(), 100 * last.prefill_row_fraction(),
-               kv_bytes / 1048576.0);
+               decode_select_ns / 1e6 / o.n_decode, 100 * last.selected_fraction(), 100 * last.hit_rate(),
+               100 * last.prefill_row_fraction(), kv_bytes / 1048576.0);
       results.push_back(r);
     }
    }

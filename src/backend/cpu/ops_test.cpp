@@ -9,8 +9,9 @@
 namespace sieve {
 namespace {
 
-TEST(RopeRotator, OffsetRotationEqualsRopeAtTheSum) {
-  const int d = 64, heads = 3;
+// d 64: the AVX2 path where the CPU has it (pairs in groups of 8); d 20: the scalar path.
+void check_offset_rotation(int d) {
+  const int heads = 3;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   for (RopeMode mode : {RopeMode::norm, RopeMode::neox}) {
@@ -26,10 +27,16 @@ TEST(RopeRotator, OffsetRotationEqualsRopeAtTheSum) {
       rot.rotate(a.data(), heads, c[1]);
       rope(b.data(), &sum, 1, heads, d, d, 10000.0f, mode);
       for (int i = 0; i < heads * d; ++i) {
-        EXPECT_NEAR(a[i], b[i], 2e-4f) << "pos " << pa << " offset " << c[1] << " i " << i;
+        EXPECT_NEAR(a[i], b[i], 2e-4f) << "d " << d << " pos " << pa << " offset " << c[1] << " i " << i;
       }
     }
   }
+}
+
+TEST(RopeRotator, OffsetRotationEqualsRopeAtTheSum) {
+  check_offset_rotation(64);
+  check_offset_rotation(128);
+  check_offset_rotation(20);
 }
 
 }  // namespace

@@ -37,6 +37,21 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 }  // namespace
 
+Status attach_head_plan(std::vector<std::string>& items, const std::string& path,
+                        const std::string& list_flag) {
+  bool any = false;
+  for (std::string& it : items) {
+    if (it == "rtpurbo" || it.rfind("rtpurbo:", 0) == 0) {
+      it += ":head_plan=" + path;
+      any = true;
+    }
+  }
+  if (!any)
+    return make_error("--head-plan is read by policy rtpurbo only; list it (e.g. {} dense,rtpurbo)",
+                      list_flag);
+  return {};
+}
+
 Result<std::vector<PolicyPtr>> make_policy_list(std::span<const std::string> items,
                                                 std::span<const std::string> sets) {
   if (items.empty()) return make_error("no policies; give --policy (e.g. dense)");

@@ -21,6 +21,11 @@ namespace sieve::eval {
 Result<std::vector<PolicyPtr>> make_policy_list(std::span<const std::string> items,
                                                 std::span<const std::string> sets);
 
+// Appends head_plan=PATH to every rtpurbo item (NAME or NAME:...); an error naming
+// `list_flag` (the command's policy flag) when no rtpurbo item is listed.
+Status attach_head_plan(std::vector<std::string>& items, const std::string& path,
+                        const std::string& list_flag);
+
 // The policy as a label: describe() ("tokenselect top_k=1024"), "dense" for nullptr.
 std::string policy_label(const PolicyPtr& p);
 

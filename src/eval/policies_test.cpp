@@ -89,6 +89,19 @@ TEST(PolicyList, RequestObjectRoundTripsThroughTheServersParser) {
   EXPECT_EQ(policy_request_json(*make_policy("dense")), (json{{"policy", "dense"}}));
 }
 
+TEST(PolicyList, HeadPlanGoesToEveryRtpurboItemOnly) {
+  std::vector<std::string> items = {"dense", "rtpurbo", "rtpurbo:top_p=0.8", "tokenselect"};
+  ASSERT_TRUE(attach_head_plan(items, "h.json", "--policy").ok());
+  EXPECT_EQ(items[0], "dense");
+  EXPECT_EQ(items[1], "rtpurbo:head_plan=h.json");
+  EXPECT_EQ(items[2], "rtpurbo:top_p=0.8:head_plan=h.json");
+  EXPECT_EQ(items[3], "tokenselect");
+  std::vector<std::string> none = {"dense", "tokenselect"};
+  const Status s = attach_head_plan(none, "h.json", "--policies");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--policies dense,rtpurbo"), std::string::npos) << s.message();
+}
+
 TEST(PolicyList, PrefixReuseOnlyWhenTheKvCannotDiffer) {
   const auto make = [](const char* n) {
     return std::make_shared<const PolicyConfig>(*make_policy(n));

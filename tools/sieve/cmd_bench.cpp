@@ -84,14 +84,7 @@ int run(BenchOptions o) {
   // Each item is NAME or NAME:key=value:... (as in sieve eval); --set applies to every sparse item.
   std::vector<std::string> items = o.policies;
   if (!o.head_plan.empty()) {
-    bool any = false;
-    for (std::string& it : items) {
-      if (it == "rtpurbo" || it.rfind("rtpurbo:", 0) == 0) {
-        it += ":head_plan=" + o.head_plan;
-        any = true;
-      }
-    }
-    if (!any) throw UserError("--head-plan is read by policy rtpurbo only; list it (e.g. --policies dense,rtpurbo)");
+    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policies"); !s) throw UserError(s.message());
   }
   auto listed = eval::make_policy_list(items, o.sets);
   if (!listed) throw UserError(listed.message());

@@ -216,14 +216,7 @@ int run(EvalOptions& o) {
   for (const std::string& s : o.lengths) spec.lengths.push_back(parse_length(s));
   std::vector<std::string> items = o.policies;
   if (!o.head_plan.empty()) {
-    bool any = false;
-    for (std::string& it : items) {
-      if (it == "rtpurbo" || it.rfind("rtpurbo:", 0) == 0) {
-        it += ":head_plan=" + o.head_plan;
-        any = true;
-      }
-    }
-    if (!any) throw UserError("--head-plan is read by policy rtpurbo only; list it (e.g. --policy dense,rtpurbo)");
+    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policy"); !s) throw UserError(s.message());
   }
   auto policies = eval::make_policy_list(items, o.sets);
   if (!policies) throw UserError(policies.message());

@@ -6,17 +6,6 @@
 namespace sieve::cuda::test {
 namespace {
 
-// top-k reference over a row (score desc, position asc), returned ascending
-std::vector<int> ref_topk(const float* s, int lo, int hi, int k) {
-  std::vector<int> o;
-  for (int t = lo; t < hi; ++t) o.push_back(t);
-  std::stable_sort(o.begin(), o.end(),
-                   [&](int a, int b) { return float_key_host(s[a]) > float_key_host(s[b]); });
-  o.resize(std::min<size_t>(o.size(), k));
-  std::sort(o.begin(), o.end());
-  return o;
-}
-
 struct sel_bufs {
   dbuf<uint8_t> ws;
   dbuf<int32_t> out, cnt;

@@ -8,16 +8,6 @@
 namespace sieve::cuda::test {
 namespace {
 
-std::vector<int> cpu_topk(const float* s, int lo, int hi, int k) {
-  std::vector<int> o;
-  for (int t = lo; t < hi; ++t) o.push_back(t);
-  std::stable_sort(o.begin(), o.end(),
-                   [&](int a, int b) { return float_key_host(s[a]) > float_key_host(s[b]); });
-  o.resize(std::min<size_t>(o.size(), static_cast<size_t>(std::max(k, 0))));
-  std::sort(o.begin(), o.end());
-  return o;
-}
-
 struct step_case {
   std::vector<int32_t> lens;
   int n_q, n_kv, D;
@@ -233,7 +223,7 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
     for (int b = 0; b < B; ++b) {
       const int lo = std::min(bu.lo, lens[b]), hi = std::max(lens[b] - bu.tail, lo);
       const std::vector<int> want =
-          cpu_topk(sc.data() + static_cast<size_t>(b) * stride, lo, hi, k);
+          ref_topk(sc.data() + static_cast<size_t>(b) * stride, lo, hi, k);
       ASSERT_EQ(c[b], static_cast<int>(want.size())) << "k " << k << " seq " << b;
       std::vector<int> got(o.begin() + static_cast<size_t>(b) * out_stride,
                            o.begin() + static_cast<size_t>(b) * out_stride + c[b]);

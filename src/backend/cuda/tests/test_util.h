@@ -203,4 +203,15 @@ inline uint32_t float_key_host(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Top-k reference over s[lo, hi) (score descending, ties to the lower position), ascending.
+inline std::vector<int> ref_topk(const float* s, int lo, int hi, int k) {
+  std::vector<int> o;
+  for (int t = lo; t < hi; ++t) o.push_back(t);
+  std::stable_sort(o.begin(), o.end(),
+                   [&](int a, int b) { return float_key_host(s[a]) > float_key_host(s[b]); });
+  o.resize(std::min<size_t>(o.size(), static_cast<size_t>(std::max(k, 0))));
+  std::sort(o.begin(), o.end());
+  return o;
+}
+
 }  // namespace sieve::cuda::test

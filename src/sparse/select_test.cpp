@@ -138,7 +138,12 @@ TEST(Eviction, H2OKeepsTheHeaviestAndSTCAReachesTheMass) {
 }
 
 TEST(Sketch, ProjectionPreservesInnerProductsRoughlyAndIsSeeded) {
-  SketchSpec spec{64, 32, 2, true, 42};
+  SketchSpec spec;
+  spec.head_dim = 64;
+  spec.dim = 32;
+  spec.n_kv_head = 2;
+  spec.shared = true;
+  spec.seed = 42;
   SketchProjection a(spec), b(spec);
   std::vector<float> x(64), y(64), px(32), py(32), qx(32);
   std::mt19937 rng(3);

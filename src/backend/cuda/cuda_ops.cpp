@@ -308,6 +308,8 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
     return make_error("{}: top_p = {}; the fused step selects top-k only (use select())", who,
                       p.budget.top_p);
   if (p.budget.k_max < 0) return make_error("{}: negative k_max", who);
+  if (p.max_len <= 0)
+    return make_error("{}: max_len = {} (the longest sequence) must be set", who, p.max_len);
   if (p.out_stride < p.budget.k_max)
     return make_error("{}: out_stride = {} < k_max = {}", who, p.out_stride, p.budget.k_max);
   if (p.attend_on) {
@@ -339,8 +341,6 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
     p.sk.type = dtype::fp8_e4m3;
     p.sk.dim = 16;
   }
-  if (p.max_len <= 0)
-    return make_error("{}: max_len = {} (the longest sequence) must be set", who, p.max_len);
   const cudaError_t e = launch_sparse_step(p, lc);
   if (e == cudaErrorInvalidConfiguration)
     return make_error("{}: batch = {} exceeds the resident CTAs of the device; split the batch",

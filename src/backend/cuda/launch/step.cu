@@ -33,17 +33,8 @@ cudaError_t run(step_params p, const launch_cfg& lc) {
   const int64_t chunk =
       (static_cast<int64_t>(std::max(p.max_len, 1)) + p.ctas_per_seq - 1) / p.ctas_per_seq + 16;
   if (chunk > static_cast<int64_t>(p.smem_scores) * 32 / 3) return cudaErrorLaunchOutOfResources;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(p.ctas_per_seq * p.batch);
-  cfg.blockDim = dim3(step_threads);
-  cfg.dynamicSmemBytes = C::smem_bytes;
-  cfg.stream = lc.stream;
-  cudaLaunchAttribute attr_c[1];
-  attr_c[0].id = cudaLaunchAttributeCooperative;
-  attr_c[0].val.cooperative = 1;
-  cfg.attrs = attr_c;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kern, p);
+  return launch_cooperative(kern, dim3(p.ctas_per_seq * p.batch), dim3(step_threads), C::smem_bytes,
+                            lc.stream, p);
 }
 
 template <class T>
@@ -75,16 +66,8 @@ cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
   cudaError_t e = cudaGetDevice(&dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev);
   if (e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(ctas_per_sm * n_sm);
-  cfg.blockDim = dim3(step_threads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr_c[1];
-  attr_c[0].id = cudaLaunchAttributeCooperative;
-  attr_c[0].val.cooperative = 1;
-  cfg.attrs = attr_c;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, barrier_probe_kernel, ws, n_barriers);
+  return launch_cooperative(barrier_probe_kernel, dim3(ctas_per_sm * n_sm), dim3(step_threads), 0,
+                            stream, ws, n_barriers);
 }
 
 int64_t step_workspace_bytes(int batch, int n_sm) {

@@ -251,6 +251,10 @@ TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("top-k only"), std::string::npos) << s.message();
   st.budget.top_p = 2.f;
+  s = sparse_step(st, launch_cfg{});  // max_len left 0
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("max_len"), std::string::npos) << s.message();
+  st.max_len = 64;
   st.score = true;
   st.sk.pages.indptr = st.sk.pages.indices = st.sk.pages.last_page_len = &fake;
   st.sk.pages.batch = 1;

@@ -16,11 +16,11 @@
 //   P3  per-thread counts of keys > T and == T; CTA totals -> slots
 //   P4  each CTA sums its predecessors' slots and writes its selected positions in
 //       ascending order (ties to the lowest positions, like select()); zeroes the histograms
-// Each level is resolved by every CTA from 128 coarse sums plus the 16 fine bins of one group
-// (two small L2 reads instead of 2048 words per CTA on the same few L2 slices).
 //   P5  decode attention over sinks + selection + window: the (split, kv head, sequence)
 //       items of decode_block, strided over the persistent CTAs
-// A level ends early (uniformly in all CTAs) when the boundary bin is taken whole.
+// Each level is resolved by every CTA from 128 coarse sums plus the 16 fine bins of one group
+// (two small L2 reads instead of 2048 words per CTA on the same few L2 slices). A level ends
+// early (uniformly in all CTAs) when the boundary bin is taken whole.
 #pragma once
 
 #include <cuda/atomic>
@@ -219,7 +219,6 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   __shared__ uint32_t s_hist[step_bins];
   __shared__ uint32_t s_words[step_static_words];
   __shared__ step_scan s_scan;
-  __shared__ uint32_t s_red[2][4];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int cps = p.ctas_per_seq;
@@ -427,14 +426,14 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     } else {
       for (int e = tid; e < n_slabs; e += step_threads) s_slab[e] = 0u;
     }
-    if (lane == 0) {
-      s_red[0][warp] = wg;
-      s_red[1][warp] = we;
-    }
-    __syncthreads();
+    // every lane of a warp holds its warp's counts (ballots): lane 0 brings them to the sum
+    uint32_t g_tot, e_tot;
+    wg = lane == 0 ? wg : 0u;
+    we = lane == 0 ? we : 0u;
+    block_scan2(wg, we, g_tot, e_tot, s_scan);
     if (tid == 0) {
-      slots[2 * blockIdx.x] = s_red[0][0] + s_red[0][1] + s_red[0][2] + s_red[0][3];
-      slots[2 * blockIdx.x + 1] = s_red[1][0] + s_red[1][1] + s_red[1][2] + s_red[1][3];
+      slots[2 * blockIdx.x] = g_tot;
+      slots[2 * blockIdx.x + 1] = e_tot;
     }
   }
   bar.sync();
@@ -448,19 +447,8 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
       pg += __ldcg(slots + 2 * c);
       pe += __ldcg(slots + 2 * c + 1);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      pg += __shfl_xor_sync(k_full_mask, pg, o);
-      pe += __shfl_xor_sync(k_full_mask, pe, o);
-    }
-    __syncthreads();
-    if (lane == 0) {
-      s_red[0][warp] = pg;
-      s_red[1][warp] = pe;
-    }
-    __syncthreads();
-    const uint32_t cta_g = s_red[0][0] + s_red[0][1] + s_red[0][2] + s_red[0][3];
-    const uint32_t cta_e = s_red[1][0] + s_red[1][1] + s_red[1][2] + s_red[1][3];
+    uint32_t cta_g, cta_e;  // everything the sequence's earlier CTAs select
+    block_scan2(pg, pe, cta_g, cta_e, s_scan);
     const int per = ceil_div(n_slabs, step_threads);
     const int e0 = min(tid * per, n_slabs), e1 = min(e0 + per, n_slabs);
     uint32_t tg = 0, te = 0;

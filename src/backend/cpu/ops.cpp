@@ -173,10 +173,11 @@ void RopeRotator::fill(float* cs, float* sn, int64_t from, int64_t to, int64_t s
 
 #if defined(__x86_64__)
 namespace {
-// One vector rotated by the angle (lo + hi): cos/sin formed 8 pairs at a time and applied in
-// place. Norm mode pairs (2i, 2i+1) are rotated with fmaddsub against the pair-swapped vector.
-SIEVE_AVX2 void rotate_one_avx2(float* v, int half, bool neox, float sign, const float* lc,
-                                const float* ls, const float* hc, const float* hs) {
+// n_heads vectors rotated by one angle (lo + hi): cos/sin formed 8 pairs at a time, once for
+// all heads, and applied in place. Norm mode pairs (2i, 2i+1) are rotated with fmaddsub
+// against the pair-swapped vector.
+SIEVE_AVX2 void rotate_avx2(float* x, int n_heads, int head_dim, int half, bool neox, float sign,
+                            const float* lc, const float* ls, const float* hc, const float* hs) {
   const __m256 sg = _mm256_set1_ps(sign);
   for (int i = 0; i < half; i += 8) {
     const __m256 c_lo = _mm256_loadu_ps(lc + i), s_lo = _mm256_loadu_ps(ls + i);
@@ -184,19 +185,24 @@ SIEVE_AVX2 void rotate_one_avx2(float* v, int half, bool neox, float sign, const
     const __m256 c = _mm256_fmsub_ps(c_lo, c_hi, _mm256_mul_ps(s_lo, s_hi));
     const __m256 s = _mm256_mul_ps(sg, _mm256_fmadd_ps(s_lo, c_hi, _mm256_mul_ps(c_lo, s_hi)));
     if (neox) {
-      const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
-      _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
-      _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + static_cast<int64_t>(h) * head_dim;
+        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+        _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+        _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+      }
     } else {
       const __m256 cl = _mm256_unpacklo_ps(c, c), ch = _mm256_unpackhi_ps(c, c);
       const __m256 sl = _mm256_unpacklo_ps(s, s), sh = _mm256_unpackhi_ps(s, s);
-      float* w = v + 2 * i;
-      for (int part = 0; part < 2; ++part) {
-        const __m256 cd = part == 0 ? _mm256_permute2f128_ps(cl, ch, 0x20) : _mm256_permute2f128_ps(cl, ch, 0x31);
-        const __m256 sd = part == 0 ? _mm256_permute2f128_ps(sl, sh, 0x20) : _mm256_permute2f128_ps(sl, sh, 0x31);
-        const __m256 x = _mm256_loadu_ps(w + 8 * part);
-        const __m256 xs = _mm256_permute_ps(x, 0xB1);  // (x1, x0) per pair
-        _mm256_storeu_ps(w + 8 * part, _mm256_fmaddsub_ps(x, cd, _mm256_mul_ps(xs, sd)));
+      const __m256 cd[2] = {_mm256_permute2f128_ps(cl, ch, 0x20), _mm256_permute2f128_ps(cl, ch, 0x31)};
+      const __m256 sd[2] = {_mm256_permute2f128_ps(sl, sh, 0x20), _mm256_permute2f128_ps(sl, sh, 0x31)};
+      for (int h = 0; h < n_heads; ++h) {
+        float* w = x + static_cast<int64_t>(h) * head_dim + 2 * i;
+        for (int part = 0; part < 2; ++part) {
+          const __m256 v = _mm256_loadu_ps(w + 8 * part);
+          const __m256 vs = _mm256_permute_ps(v, 0xB1);  // (x1, x0) per pair
+          _mm256_storeu_ps(w + 8 * part, _mm256_fmaddsub_ps(v, cd[part], _mm256_mul_ps(vs, sd[part])));
+        }
       }
     }
   }
@@ -214,8 +220,7 @@ void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {
 #if defined(__x86_64__)
   static const bool avx2 = use_avx2();
   if (avx2 && half_ % 8 == 0) {
-    for (int h = 0; h < n_heads; ++h)
-      rotate_one_avx2(x + static_cast<int64_t>(h) * head_dim_, half_, mode_ == RopeMode::neox, sign, lc, ls, hc, hs);
+    rotate_avx2(x, n_heads, head_dim_, half_, mode_ == RopeMode::neox, sign, lc, ls, hc, hs);
     return;
   }
 #endif

@@ -277,18 +277,18 @@ __device__ __forceinline__ int seq_len_of(const page_table& pt, int b) {
   const int np = pt.indptr[b + 1] - pt.indptr[b];
   return np == 0 ? 0 : (np - 1) * pt.page_size + pt.last_page_len[b];
 }
+// Page index (within the sequence) and slot of token t.
+__device__ __forceinline__ int page_of(const page_table& pt, int t) {
+  return pt.page_shift >= 0 ? t >> pt.page_shift : t / pt.page_size;
+}
+__device__ __forceinline__ int slot_of(const page_table& pt, int t) {
+  return pt.page_shift >= 0 ? t & (pt.page_size - 1) : t % pt.page_size;
+}
 // Physical row (page * page_size + slot) of token t of the sequence whose pages start at
 // `first` in pt.indices.
 __device__ __forceinline__ int64_t token_row(const page_table& pt, int first, int t) {
-  int pg, slot;
-  if (pt.page_shift >= 0) {
-    pg = t >> pt.page_shift;
-    slot = t & (pt.page_size - 1);
-  } else {
-    pg = t / pt.page_size;
-    slot = t - pg * pt.page_size;
-  }
-  return static_cast<int64_t>(__ldg(pt.indices + first + pg)) * pt.page_size + slot;
+  return static_cast<int64_t>(__ldg(pt.indices + first + page_of(pt, t))) * pt.page_size +
+         slot_of(pt, t);
 }
 
 __host__ __device__ __forceinline__ int ceil_div(int a, int b) {

@@ -191,7 +191,13 @@ struct step_params {
   float scale = 1.f;         // logit = (q . key) * key_scale * scale
   bool score = true;         // false: selection (and attention) over the given `scores`
   bool attend_on = true;     // false: stop after the selection
-  float* scores = nullptr;   // [batch, score_stride]: written when score, else read
+  // Where the attention runs: true = the decode kernel, launched right behind this one with
+  // programmatic dependent launch; false = inside this launch after one more grid barrier
+  // (phase P5). Measured on the H200 (bench/RESULTS-cuda.md, run 6), Llama shape: chained
+  // 51.9 / 84.4 us at 128K (B=1 / B=8), in-kernel 64.3 / 99.6 us; the same attention code runs
+  // with 3x longer list and page-id round trips inside the persistent kernel.
+  bool attend_chained = true;
+  float* scores = nullptr;  // [batch, score_stride]: written when score, else read
   int64_t score_stride = 0;
   const int32_t* seq_len = nullptr;  // [batch]
   int32_t batch = 0;

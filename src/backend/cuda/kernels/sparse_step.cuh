@@ -17,7 +17,8 @@
 //   P4  each CTA sums its predecessors' slots and writes its selected positions in
 //       ascending order (ties to the lowest positions, like select()); zeroes the histograms
 //   P5  decode attention over sinks + selection + window: the (split, kv head, sequence)
-//       items of decode_block, strided over the persistent CTAs
+//       items of decode_block, strided over the persistent CTAs (attend_chained = false; by
+//       default the decode kernel runs them, launched behind this one with PDL)
 // Each level is resolved by every CTA from 128 coarse sums plus the 16 fine bins of one group
 // (two small L2 reads instead of 2048 words per CTA on the same few L2 slices). A level ends
 // early (uniformly in all CTAs) when the boundary bin is taken whole.
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     }
   }
   mark(5);
-  if (!p.attend_on) return;
+  if (!p.attend_on || p.attend_chained) return;  // chained: the decode kernel follows (PDL)
   bar.sync();
   mark(6);
 

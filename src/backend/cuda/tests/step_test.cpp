@@ -130,7 +130,10 @@ void run_fused_vs_chain(const step_case& c, uint32_t seed) {
   st.attend.o = o_b.p;
   st.attend.set.sel_idx = idx_b.p;
   st.attend.set.sel_count = cnt_b.p;
-  for (int rep = 0; rep < 2; ++rep) {  // the second launch reuses the workspace as left
+  // twice with the attention chained behind the step (PDL), twice inside it (P5); every
+  // launch after the first reuses the workspace as left
+  for (int rep = 0; rep < 4; ++rep) {
+    st.attend_chained = rep < 2;
     idx_b.poison();
     o_b.poison();
     STATUS_OK(sparse_step(st, launch_cfg{}));

@@ -114,18 +114,26 @@ int64_t decode_ws_o_floats(int32_t batch, int32_t n_kv, int32_t n_splits, int32_
 int64_t decode_ws_ml_floats(int32_t batch, int32_t n_kv, int32_t n_splits, int32_t G) {
   return static_cast<int64_t>(batch) * n_kv * n_splits * G * 2;
 }
+namespace {
+// Tokens per CTA such that n_rows * ceil(max_len / chunk) CTAs fit in one wave of `resident`
+// CTAs: a second wave of a few CTAs costs a whole CTA's time (exact scoring at 1M, B=1: 8 rows
+// x 50 chunks = 400 CTAs for 396 slots took 824 us, 49 chunks 5xx us; bench/RESULTS-cuda.md,
+// run 6). A multiple of `align`, at least `min_chunk`; rows beyond one wave get one CTA each.
+int32_t one_wave_chunk(int64_t n_rows, int64_t max_len, int64_t resident, int64_t align,
+                       int64_t min_chunk) {
+  const int64_t per_row = std::max<int64_t>(1, resident / std::max<int64_t>(1, n_rows));
+  const int64_t c = (max_len + per_row - 1) / per_row;
+  return static_cast<int32_t>(std::max((c + align - 1) / align * align, min_chunk));
+}
+}  // namespace
+
 int32_t score_chunk_tokens(int32_t n_rows, int32_t max_len, int32_t n_sm) {
-  // one wave (three resident CTAs per SM: 64 KB of K stages each) over all rows,
-  // between 512 and 65536 tokens each
-  const int64_t want = static_cast<int64_t>(n_rows) * max_len / std::max(1, 3 * n_sm);
-  const int64_t c = std::clamp<int64_t>((want + 63) / 64 * 64, 512, 65536);
-  return static_cast<int32_t>(c);
+  // three resident CTAs per SM (64 KB of K stages each), >= 512 tokens per CTA
+  return one_wave_chunk(n_rows, max_len, 3 * static_cast<int64_t>(n_sm), k_decode_tile, 512);
 }
 int32_t sketch_chunk_tokens(int32_t n_rows, int32_t max_len, int32_t n_sm) {
   // about two CTAs per SM; 1024 tokens (4 per thread) per step
-  const int64_t want = static_cast<int64_t>(n_rows) * max_len / std::max(1, 2 * n_sm);
-  const int64_t c = std::clamp<int64_t>((want + 1023) / 1024 * 1024, 1024, 65536);
-  return static_cast<int32_t>(c);
+  return one_wave_chunk(n_rows, max_len, 2 * static_cast<int64_t>(n_sm), 1024, 1024);
 }
 
 Status decode_attention(decode_params p, const launch_cfg& lc) {

@@ -277,6 +277,31 @@ void run_sketch(const sketch_case& c, uint32_t seed) {
   sel.check(sc, c.lens);
 }
 
+// The scorers' chunking fills at most one wave of resident CTAs (3 per SM exact, 2 per SM
+// sketch): 400 CTAs for 396 slots (8 rows at 1M) left 4 CTAs to a second wave that cost
+// ~30% of the exact scorer's time. Host-only: runs without a GPU.
+TEST(CudaScoreChunks, OneWave) {
+  for (int n_sm : {132, 114, 1}) {
+    for (int rows : {1, 3, 8, 24, 64, 200, 1000}) {
+      for (int len : {1, 600, 4096, 100000, 131072, 1048576, 2000003}) {
+        const int ce = score_chunk_tokens(rows, len, n_sm);
+        const int cs = sketch_chunk_tokens(rows, len, n_sm);
+        ASSERT_EQ(ce % 64, 0);
+        ASSERT_GE(ce, 512);
+        ASSERT_EQ(cs % 1024, 0);
+        const int64_t ctas_e = static_cast<int64_t>(rows) * ((len + ce - 1) / ce);
+        const int64_t ctas_s = static_cast<int64_t>(rows) * ((len + cs - 1) / cs);
+        // one wave, or one CTA per row when the rows alone exceed it
+        EXPECT_LE(ctas_e, std::max<int64_t>(3 * n_sm, rows)) << rows << " x " << len;
+        EXPECT_LE(ctas_s, std::max<int64_t>(2 * n_sm, rows)) << rows << " x " << len;
+      }
+    }
+  }
+  // and it still spreads a long row: 8 rows at 1M on 132 SMs use >= 90% of the 396 slots
+  const int c = score_chunk_tokens(8, 1 << 20, 132);
+  EXPECT_GE(8 * (((1 << 20) + c - 1) / c), 356);
+}
+
 TEST(CudaSketch, Bf16Dim16PerKvHeadVote) {
   SIEVE_REQUIRE_GPU();
   run_sketch({{5000, 1234}, 16, 8, 4, 16, dtype::bf16, 1.f, sketch_mode::vote, 512}, 41);

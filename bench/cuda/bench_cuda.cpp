@@ -539,9 +539,21 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   CK(cudaMemcpy(cnt.data(), bf.sel_cnt, c.B * sizeof(int32_t), cudaMemcpyDeviceToHost));
   if (cnt[0] != std::min(k_budget, c.N - k_sink - k_window - 1))
     std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", name.c_str(), cnt[0]);
-  {  // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs
+  {  // the attention inside the persistent kernel (P5) instead of chained behind it
+    step_params in = st;
+    in.attend_chained = false;
+    graph_runner gi;
+    gi.capture([&] { SK(sparse_step(in, g_lc)); });
+    const stats s_in = time_gpu([&] { gi.run(); });
+    report("sparse", name + ".step_inkernel", sh.name, c.B, c.N, s_in, 0,
+           std::string(gi.exec ? "graph" : "eager(capture failed)") +
+               " attention in the step kernel (P5)");
+  }
+  {  // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs (P5 in the
+     // step kernel, so that its attention is stamped too)
     uint64_t* d_ns = dalloc<uint64_t>(8);
     step_params sp_t = st;
+    sp_t.attend_chained = false;
     sp_t.phase_ns = d_ns;
     const char* names[7] = {"p0_score_hist", "p1_level1",  "p2_level2", "p3_counts",
                             "p4_emit",       "p5_barrier", "p5_attend"};
@@ -575,6 +587,31 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   const stats s_sel = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
   report("sparse", name + ".select", sh.name, c.B, c.N, s_sel, 0,
          "rows=" + std::to_string(c.B) + " fused selection only");
+  {  // per layer in a decode pipeline: 16 layers' selections back to back in one graph, each
+     // over its own score buffer (cold L2 before the first): the launch latency that one
+     // isolated launch pays is then paid once per graph, as in a captured decode step
+    constexpr int L = 16;
+    const size_t n = static_cast<size_t>(c.B) * ss.score_stride;
+    std::vector<float*> bufs(L);
+    for (auto& b : bufs) {
+      b = dalloc<float>(n);
+      CK(cudaMemcpy(b, ss.scores, n * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    graph_runner gl;
+    gl.capture([&] {
+      for (int l = 0; l < L; ++l) {
+        step_params sl = ss;
+        sl.scores = bufs[l];
+        SK(sparse_step(sl, g_lc));
+      }
+    });
+    const stats s_l = time_gpu([&] { gl.run(); });
+    report("sparse", name + ".select_per_layer", sh.name, c.B, c.N,
+           stats{s_l.med / L, s_l.p10 / L, s_l.p90 / L}, 0,
+           "rows=" + std::to_string(c.B) + " 16 layers in one graph, time / 16" +
+               (gl.exec ? "" : " (eager: capture failed)"));
+    for (auto* b : bufs) cudaFree(b);
+  }
 }
 
 // Synthetic soft-vote-like score rows: sum over 4 heads of softmax(sd * z + spikes).

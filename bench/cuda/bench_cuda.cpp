@@ -549,15 +549,13 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
            std::string(gi.exec ? "graph" : "eager(capture failed)") +
                " attention in the step kernel (P5)");
   }
-  {  // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs (P5 in the
-     // step kernel, so that its attention is stamped too)
+  // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs
+  auto phases = [&](step_params sp_t, const std::string& prefix, int n_ph) {
     uint64_t* d_ns = dalloc<uint64_t>(8);
-    step_params sp_t = st;
-    sp_t.attend_chained = false;
     sp_t.phase_ns = d_ns;
-    const char* names[7] = {"p0_score_hist", "p1_level1",  "p2_level2", "p3_counts",
-                            "p4_emit",       "p5_barrier", "p5_attend"};
-    std::vector<std::vector<double>> d(7);
+    const char* names[7] = {"p0_hist", "p1_level1",  "p2_level2", "p3_counts",
+                            "p4_emit", "p5_barrier", "p5_attend"};
+    std::vector<std::vector<double>> d(n_ph);
     for (int it = 0; it < g_iters; ++it) {
       CK(launch_l2_flush_read(g_flush, k_flush_bytes, g_sink, g_stream));
       CK(cudaMemsetAsync(d_ns, 0, 64, g_stream));
@@ -565,14 +563,19 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
       uint64_t h[8];
       CK(cudaMemcpyAsync(h, d_ns, 64, cudaMemcpyDeviceToHost, g_stream));
       CK(cudaStreamSynchronize(g_stream));
-      for (int i = 0; i < 7; ++i) d[i].push_back((h[i + 1] - h[i]) * 1e-3);
+      for (int i = 0; i < n_ph; ++i) d[i].push_back((h[i + 1] - h[i]) * 1e-3);
     }
-    for (int i = 0; i < 7; ++i) {
+    for (int i = 0; i < n_ph; ++i) {
       std::sort(d[i].begin(), d[i].end());
       const stats ph{d[i][d[i].size() / 2], d[i][d[i].size() / 10], d[i][(d[i].size() * 9) / 10]};
-      report("phase", name + "." + names[i], sh.name, c.B, c.N, ph, 0, "CTA 0 globaltimer");
+      report("phase", prefix + "." + names[i], sh.name, c.B, c.N, ph, 0, "CTA 0 globaltimer");
     }
     cudaFree(d_ns);
+  };
+  {  // the whole step with P5 in the step kernel, so that its attention is stamped too
+    step_params sp_t = st;
+    sp_t.attend_chained = false;
+    phases(sp_t, name, 7);
   }
   step_params ss = st;
   ss.attend_on = false;
@@ -587,6 +590,7 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   const stats s_sel = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
   report("sparse", name + ".select", sh.name, c.B, c.N, s_sel, 0,
          "rows=" + std::to_string(c.B) + " fused selection only");
+  phases(ss, name + ".select", 5);
   {  // per layer in a decode pipeline: 16 layers' selections back to back in one graph, each
      // over its own score buffer (cold L2 before the first): the launch latency that one
      // isolated launch pays is then paid once per graph, as in a captured decode step

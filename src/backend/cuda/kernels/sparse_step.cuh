@@ -361,9 +361,15 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   step_state st;
   const uint32_t k_max = static_cast<uint32_t>(max(bu.k_max, 0));
   step_resolve(gh, 11, 21, true, k_max, st, s_scan);
-  // Every CTA passes the same barriers (sequences of a batch may finish at different levels).
+  // Every CTA passes the same barriers (sequences of a batch may finish at different levels);
+  // with one sequence every CTA reaches the same state, so a finished selection skips the
+  // remaining level barriers in all CTAs alike.
 #pragma unroll 1
   for (int level = 1; level <= 2; ++level) {
+    if (st.done && p.batch == 1) {
+      for (int l = level; l <= 2; ++l) mark(1 + l);  // skipped levels take no time
+      break;
+    }
     const int shift = level == 1 ? 21 : 10;  // bits below the resolved prefix
     const int bits = level == 1 ? 11 : 10;   // bits of this level
     const int n_bins = 1 << bits;

@@ -172,31 +172,33 @@ TEST(CudaSparseStep, SmolShapeManyQueriesF16) {
   SIEVE_REQUIRE_GPU();
   run_fused_vs_chain({{12345, 700, 3000}, 9, 3, 64, dtype::f16, 9, 256, 32, 64}, 72);
 }
+TEST(CudaSparseStep, OneSequenceBenchBudget) {
+  SIEVE_REQUIRE_GPU();
+  // one sequence: every CTA reaches the same state and skips the levels left once resolved
+  run_fused_vs_chain({{90000}, 32, 8, 128, dtype::bf16, 1, 2048, 128, 512}, 75);
+}
 TEST(CudaSparseStep, GemmaShapeShortSequence) {
   SIEVE_REQUIRE_GPU();
   // the second sequence has no selectable range (len < sinks + window + 1)
   run_fused_vs_chain({{6000, 150}, 4, 1, 256, dtype::bf16, 4, 1024, 128, 64}, 73);
 }
 
-// Selection only, over given scores with heavy ties: top-k with ties to the lowest positions.
-TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
-  SIEVE_REQUIRE_GPU();
-  std::mt19937 rng(74);
-  const std::vector<int32_t> lens = {300000, 5000, 40, 70000};
+// Selection only over given score rows (row b holds lens[b] scores), checked against a
+// sort-based top-k; every k runs twice on one workspace (launches that skip level barriers,
+// as a single sequence does once its selection is resolved, must leave it ready too).
+void check_selection_only(const std::vector<int32_t>& lens,
+                          const std::vector<std::vector<float>>& rows) {
   const int B = static_cast<int>(lens.size());
-  const int max_len = 300000;
+  const int max_len = *std::max_element(lens.begin(), lens.end());
   const int64_t stride = score_row_stride(max_len);
   std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
-  std::normal_distribution<float> nd(0.f, 1.f);
   for (int b = 0; b < B; ++b)
-    for (int t = 0; t < lens[b]; ++t) {
-      float v = nd(rng);
-      if (b == 1) v = std::round(v * 4.f) / 4.f;  // a handful of distinct values
-      if (b == 3) v = std::round(v * 64.f) / 64.f;
-      sc[static_cast<size_t>(b) * stride + t] = v;
-    }
+    std::copy(rows[b].begin(), rows[b].begin() + lens[b],
+              sc.begin() + static_cast<size_t>(b) * stride);
   dbuf<float> d_sc(sc);
   dbuf<int32_t> d_lens(lens);
+  dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
+  ws.zero();
   for (int k : {2048, 1, 0, 6000}) {
     select_budget bu;
     bu.k_max = k;
@@ -204,8 +206,6 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
     bu.tail = 33;
     const int out_stride = std::max(k, 1);
     dbuf<int32_t> idx(static_cast<size_t>(B) * out_stride), cnt(B);
-    dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
-    ws.zero();
     step_params st;
     st.score = false;
     st.attend_on = false;
@@ -219,20 +219,43 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
     st.out_stride = out_stride;
     st.out_count = cnt.p;
     st.ws = ws.p;
-    idx.poison();
-    STATUS_OK(sparse_step(st, launch_cfg{}));
-    CUDA_OK(cudaDeviceSynchronize());
-    const std::vector<int32_t> o = idx.get(), c = cnt.get();
-    for (int b = 0; b < B; ++b) {
-      const int lo = std::min(bu.lo, lens[b]), hi = std::max(lens[b] - bu.tail, lo);
-      const std::vector<int> want =
-          ref_topk(sc.data() + static_cast<size_t>(b) * stride, lo, hi, k);
-      ASSERT_EQ(c[b], static_cast<int>(want.size())) << "k " << k << " seq " << b;
-      std::vector<int> got(o.begin() + static_cast<size_t>(b) * out_stride,
-                           o.begin() + static_cast<size_t>(b) * out_stride + c[b]);
-      ASSERT_EQ(got, want) << "k " << k << " seq " << b;
+    for (int rep = 0; rep < 2; ++rep) {
+      idx.poison();
+      STATUS_OK(sparse_step(st, launch_cfg{}));
+      CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<int32_t> o = idx.get(), c = cnt.get();
+      for (int b = 0; b < B; ++b) {
+        const int lo = std::min(bu.lo, lens[b]), hi = std::max(lens[b] - bu.tail, lo);
+        const std::vector<int> want =
+            ref_topk(sc.data() + static_cast<size_t>(b) * stride, lo, hi, k);
+        ASSERT_EQ(c[b], static_cast<int>(want.size())) << "k " << k << " seq " << b << " of " << B;
+        std::vector<int> got(o.begin() + static_cast<size_t>(b) * out_stride,
+                             o.begin() + static_cast<size_t>(b) * out_stride + c[b]);
+        ASSERT_EQ(got, want) << "k " << k << " seq " << b << " of " << B << " rep " << rep;
+      }
     }
   }
+  const std::vector<uint32_t> w = ws.get();
+  EXPECT_EQ(w[0] & 0xfffffu, 0u) << "barrier counter at a whole unit";
+}
+
+// Selection only, over given scores with heavy ties: top-k with ties to the lowest positions;
+// the batch, then each sequence alone.
+TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(74);
+  const std::vector<int32_t> lens = {300000, 5000, 40, 70000};
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::vector<float>> rows(lens.size());
+  for (size_t b = 0; b < lens.size(); ++b)
+    for (int t = 0; t < lens[b]; ++t) {
+      float v = nd(rng);
+      if (b == 1) v = std::round(v * 4.f) / 4.f;  // a handful of distinct values
+      if (b == 3) v = std::round(v * 64.f) / 64.f;
+      rows[b].push_back(v);
+    }
+  check_selection_only(lens, rows);
+  for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]});
 }
 
 TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {

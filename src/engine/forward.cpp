@@ -217,14 +217,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       const bool list = plan.active;
       const int32_t n_keys = plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
       auto key_range = [&](int32_t k0, int32_t k1) {
-        if (!list) return KeySet{nullptr, 0, k0, k1};
-        KeySet ks{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0};
-        if (crot && h < static_cast<int>(plan.n_mat.size()) && plan.n_mat[h] > 0) {
-          ks.mat_k = plan.mat_k[h];
-          ks.mat_v = plan.mat_v[h];
-          ks.n_mat = plan.n_mat[h];
-        }
-        return ks;
+        return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0} : KeySet{nullptr, 0, k0, k1};
       };
       if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
         // One task per attention segment: the merge order is attend()'s own, so a decode row

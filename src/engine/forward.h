@@ -70,9 +70,6 @@ class Forward {
     bool active = false;   // read key sets instead of every key
     bool compact = false;  // renumbered positions: key i of keys[h] at position i (re-rotated in attention)
     std::vector<std::vector<int32_t>> keys;  // [n_kv_head] ascending stream indices
-    // compact: per KV head, the first n_mat keys' rows gathered and re-rotated (KeySet::mat_k)
-    std::vector<const float*> mat_k, mat_v;
-    std::vector<int32_t> n_mat;
     // RTPurbo (the entry's policy has a head plan): per KV head, the group's local and
     // retrieval query heads (indices inside the group), and whether the retrieval heads read
     // the list keys[kv_head] (decode selection) instead of every key.
@@ -82,10 +79,6 @@ class Forward {
     std::vector<char> rt_list;
   };
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
-  // Compact positions with the selection cache: the cached sets' rows, gathered once per
-  // selection (forward_sparse.cpp).
-  void materialize_cached_rows(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan,
-                               std::span<const char> reusable, int32_t n_sinks);
   void write_sketches(int layer, std::span<const BatchEntry> batch);
   // RTPurbo (forward_rtpurbo.cpp): head split and the retrieval heads' decode key sets.
   void plan_rtpurbo(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);

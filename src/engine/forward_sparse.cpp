@@ -84,7 +84,6 @@ const RopeRotator& Forward::rotator(int il, int64_t max_abs) {
 void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
   plan.active = false;
   plan.compact = false;
-  plan.n_mat.clear();
   const BatchEntry& e = batch_[ei];
   SparseSeq& sp = *e.sparse;
   const PolicyConfig& P = sp.policy();
@@ -137,7 +136,6 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
 
   plan.keys.assign(Hkv, {});
   std::vector<int32_t> picked_abs;
-  std::vector<char> reusable(n_units, 0);  // the unit's set is the selection cache's
   if (P.evicts() && P.decay < 1.0f) {
     for (float& v : L.importance) v *= P.decay;
   }
@@ -305,9 +303,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       L.picked[u] = picked_abs;
       L.picked_end[u] = pick_end;
       L.valid[u] = 1;
-      for (int32_t hk = kv0; hk < kv1 && hk < static_cast<int32_t>(L.mat_n.size()); ++hk) L.mat_n[hk] = 0;
     }
-    reusable[u] = use_cache;
     if (select_now) {
       std::vector<int32_t> keys;
       build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
@@ -326,55 +322,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   sp.stats.bytes_read += n_sel * d * 2 * 2;
 
   // Compact positions: key i of the set takes position i; attention re-rotates each selected
-  // K from its stored position while it reads it (KeySet::rot). While the selection cache
-  // reuses a set, its sinks + picks keep their list indices, so their gathered, re-rotated
-  // rows are kept (L.mat_*) and read in place: a hit then gathers only the tokens that left
-  // the window since and the window itself.
+  // K from its stored position while it reads it (KeySet::rot), so nothing is copied here.
   plan.compact = sp.compact(kv_.n_tokens(e.seq));
-  if (plan.compact && P.cache_rows) materialize_cached_rows(il, ei, views, plan, reusable, c0);
-}
-
-void Forward::materialize_cached_rows(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan,
-                                      std::span<const char> reusable, int32_t n_sinks) {
-  SparseSeq& sp = *batch_[ei].sparse;
-  SparseLayerState& L = sp.layer(il);
-  const ModelHParams& hp = model_.hp;
-  const int32_t d = hp.head_dim, Hkv = hp.n_head_kv, n_units = sp.n_units();
-  const int32_t kv_per_unit = std::max(1, Hkv / n_units);
-  L.mat_k.resize(Hkv);
-  L.mat_v.resize(Hkv);
-  L.mat_n.resize(Hkv, 0);
-  plan.mat_k.assign(Hkv, nullptr);
-  plan.mat_v.assign(Hkv, nullptr);
-  plan.n_mat.assign(Hkv, 0);
-  const RopeRotator& rot = rotator(il, int64_t{kv_.n_tokens(batch_[ei].seq)} + 1);
-  for (int32_t hk = 0; hk < Hkv; ++hk) {
-    const int32_t u = std::min(n_units - 1, hk / kv_per_unit);
-    if (!reusable[u]) continue;
-    const int32_t n_pre = n_sinks + static_cast<int32_t>(L.picked[u].size());
-    if (n_pre <= 0 || n_pre > static_cast<int32_t>(plan.keys[hk].size())) continue;
-    if (L.mat_n[hk] != n_pre) {  // a new selection (or none kept yet): gather it once
-      std::vector<float>& mk = L.mat_k[hk];
-      std::vector<float>& mv = L.mat_v[hk];
-      mk.resize(static_cast<size_t>(n_pre) * d);
-      mv.resize(mk.size());
-      const int32_t* keys = plan.keys[hk].data();
-      const KvHeadView& view = views[hk];
-      pool_.parallel_for(n_pre, 256, [&](int64_t a, int64_t z) {
-        for (int64_t c = a; c < z; ++c) {
-          const int32_t j = keys[c];
-          float* kd = mk.data() + c * d;
-          f16_to_f32_row(view.k_row(j), kd, d);
-          rot.rotate(kd, 1, c - view.position(j));  // as attention's gather does
-          f16_to_f32_row(view.v_row(j), mv.data() + c * d, d);
-        }
-      });
-      L.mat_n[hk] = n_pre;
-    }
-    plan.mat_k[hk] = L.mat_k[hk].data();
-    plan.mat_v[hk] = L.mat_v[hk].data();
-    plan.n_mat[hk] = n_pre;
-  }
 }
 
 }  // namespace sieve

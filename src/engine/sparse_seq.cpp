@@ -40,7 +40,6 @@ bool SparseSeq::compact(int32_t n_tokens) const {
 void SparseSeq::invalidate_cache(int32_t il) {
   SparseLayerState& L = layers_[il];
   std::fill(L.valid.begin(), L.valid.end(), 0);
-  std::fill(L.mat_n.begin(), L.mat_n.end(), 0);
   L.n_blocks = 0;
   L.bmin.clear();
   L.bmax.clear();

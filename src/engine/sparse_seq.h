@@ -26,10 +26,6 @@ struct SparseLayerState {
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
   std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
   int32_t n_blocks = 0;
-  // Compact positions + selection cache: per KV head, the K (re-rotated) and V rows of the
-  // cached set's sinks + picks as f32, [mat_n[h], head_dim]; mat_n[h] = 0 until filled.
-  std::vector<std::vector<float>> mat_k, mat_v;
-  std::vector<int32_t> mat_n;
 };
 
 class SparseSeq {

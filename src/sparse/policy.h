@@ -73,9 +73,6 @@ struct PolicyConfig {
   bool raw_logits = false;  // score softmax without the model's 1/sqrt(d) scale (public code)
   float theta = 0.9f;       // selection cache: reuse while cos(fingerprint) >= theta
   bool selection_cache = true;
-  // Compact positions: keep a reused selection's gathered, re-rotated K/V rows (f32) instead
-  // of gathering them again every step (costs 2 x 4 x head_dim bytes per kept key and KV head).
-  bool cache_rows = true;
   int32_t sketch_dim = 0;   // 0: head_dim / 8
   bool sketch_shared = true;  // one projection for all heads, else one per KV head
   uint64_t seed = 0x51E7E;  // projection seed

@@ -1,7 +1,6 @@
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -248,28 +247,6 @@ struct TileGather {
     if (keys.rot) keys.rot->rotate(kd, 1, int64_t{keys.pos_base} + c - stored);
     if (kpos) *kpos = keys.rot ? keys.pos_base + c : stored;
   }
-  // Keys c0..c0+n for attention: rows of the materialised prefix are read in place (kp, vp
-  // point into it when the whole tile lies there), the others gathered into kt / vt.
-  void fetch(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, const float*& kp,
-             const float*& vp) const {
-    const int32_t g0 = keys.pos_base + c0;  // index in the whole list
-    const int m = keys.mat_k ? std::clamp(keys.n_mat - g0, 0, n) : 0;
-    kp = kt;
-    vp = vt;
-    if (m > 0) {
-      for (int t = 0; t < m; ++t) kpos[t] = g0 + t;
-      const float* mk = keys.mat_k + int64_t{g0} * d;
-      const float* mv = keys.mat_v + int64_t{g0} * d;
-      if (m == n) {
-        kp = mk;
-        vp = mv;
-        return;
-      }
-      std::memcpy(kt, mk, sizeof(float) * m * d);
-      std::memcpy(vt, mv, sizeof(float) * m * d);
-    }
-    (*this)(c0 + m, n - m, kt + int64_t{m} * d, vt + int64_t{m} * d, kpos + m);
-  }
   void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
 #if defined(__x86_64__)
     if (avx2) return gather_avx2(c0, n, kt, vt, kpos);
@@ -380,15 +357,14 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
      for (int32_t c0 = from; c0 < to; c0 += kTile) {
       if (c0 > from && c0 % kAttnSegment == 0) flush();
       const int n = std::min<int32_t>(kTile, to - c0);
-      const float *kp, *vp;
-      gather.fetch(c0, n, kt.data(), vt.data(), kpos, kp, vp);
+      gather(c0, n, kt.data(), vt.data(), kpos);
       for (int32_t tq = t0; tq < t1; ++tq) {
         const int32_t qp = q.q_pos[tq];
         // Positions ascend along the tile: its first and last key bound every key's visibility.
         const bool all_visible = kpos[n - 1] <= qp && (q.window <= 0 || qp - kpos[0] < q.window);
         for (int g = 0; g < G; ++g) {
           const int64_t r = static_cast<int64_t>(tq) * G + g;
-          K.scores(q.q + r * d, kp, n, d, q.scale, s.data());
+          K.scores(q.q + r * d, kt.data(), n, d, q.scale, s.data());
           float mt = kNegInf;
           if (all_visible) {
             mt = K.max(s.data(), n);
@@ -404,7 +380,7 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
           const float alpha = sm[r] == kNegInf ? 0.0f : std::exp(sm[r] - m_new);
           const float sum = K.exp(s.data(), n, m_new);
           sl[r] = sl[r] * alpha + sum;
-          K.accum(s.data(), vp, n, d, alpha, so.data() + r * d);
+          K.accum(s.data(), vt.data(), n, d, alpha, so.data() + r * d);
           sm[r] = m_new;
         }
       }

@@ -45,8 +45,7 @@ class RopeRotator;
 // Which keys to read: an ascending index list, or the range [begin, end) when idx == nullptr.
 // Compact positions (rot != nullptr; TokenSelect past the trained window): the c-th key of the
 // set takes position pos_base + c, and its K (stored rotated at its original position) is
-// re-rotated to that position while the tile is gathered (or read from mat_k / mat_v, a copy
-// the caller keeps while it reuses the set).
+// re-rotated to that position while the tile is gathered - no copy of the selected K/V is made.
 // The rotator must have reserved every offset (RopeRotator::reserve).
 struct KeySet {
   const int32_t* idx = nullptr;
@@ -55,12 +54,6 @@ struct KeySet {
   int32_t end = 0;
   const RopeRotator* rot = nullptr;
   int32_t pos_base = 0;
-  // With rot: keys [0, n_mat) of the whole list (pos_base counts from its start) already
-  // gathered to f32 and re-rotated to their compact positions, [n_mat, head_dim] each (the
-  // selection cache keeps them while it reuses a selection); they are read in place.
-  const float* mat_k = nullptr;
-  const float* mat_v = nullptr;
-  int32_t n_mat = 0;
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`

@@ -258,59 +258,5 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 
-// A materialised prefix (KeySet::mat_k / mat_v: the first n_mat keys gathered to f32 and
-// re-rotated, as the selection cache keeps them) gives bitwise the result of gathering them,
-// whole and split into segments, for a prefix ending inside a tile, on a tile boundary, past
-// a segment, and covering the whole list.
-TEST(Attend, MaterialisedPrefixEqualsTheGather) {
-  std::mt19937 rng(13);
-  const int d = 64, n = 3000, G = 3;
-  PagedHead h(d, 16, n, rng, 1, 0);
-  RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
-  rot.reserve(n + 1);
-  std::vector<int32_t> idx;
-  for (int j = 0; j < n - 1; j += 1 + j % 4) idx.push_back(j);
-  idx.push_back(n - 1);
-  const int n_sel = static_cast<int>(idx.size());
-  std::vector<float> mk(static_cast<size_t>(n_sel) * d), mv(mk.size());
-  for (int c = 0; c < n_sel; ++c) {
-    f16_to_f32_row(h.view().k_row(idx[c]), mk.data() + static_cast<size_t>(c) * d, d);
-    rot.rotate(mk.data() + static_cast<size_t>(c) * d, 1, c - idx[c]);
-    f16_to_f32_row(h.view().v_row(idx[c]), mv.data() + static_cast<size_t>(c) * d, d);
-  }
-  std::normal_distribution<float> nd(0, 1);
-  std::vector<float> q(static_cast<size_t>(G) * d);
-  for (auto& x : q) x = nd(rng);
-  const int32_t qpos = n_sel - 1;
-  const AttnQuery aq{q.data(), &qpos, 1, G, d, 0.125f};
-  std::vector<float> want(q.size());
-  attend(aq, h.view(), KeySet{idx.data(), n_sel, 0, 0, &rot, 0}, want.data());
-  for (int n_mat : {37, 64, kAttnSegment + 5, n_sel}) {
-    KeySet ks{idx.data(), n_sel, 0, 0, &rot, 0};
-    ks.mat_k = mk.data();
-    ks.mat_v = mv.data();
-    ks.n_mat = n_mat;
-    std::vector<float> got(q.size());
-    attend(aq, h.view(), ks, got.data());
-    ASSERT_EQ(got, want) << "n_mat " << n_mat;
-    const int64_t rows = G;
-    std::vector<float> oa(q.size()), ob(q.size()), ma(rows), la(rows), mb(rows), lb(rows);
-    for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
-      KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, &rot, k0};
-      part.mat_k = mk.data();
-      part.mat_v = mv.data();
-      part.n_mat = n_mat;
-      if (k0 == 0) {
-        attend(aq, h.view(), part, oa.data(), ma.data(), la.data());
-      } else {
-        attend(aq, h.view(), part, ob.data(), mb.data(), lb.data());
-        merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
-      }
-    }
-    normalize_attn(oa.data(), la.data(), rows, d);
-    ASSERT_EQ(oa, want) << "split, n_mat " << n_mat;
-  }
-}
-
 }  // namespace
 }  // namespace sieve

@@ -285,6 +285,10 @@ int64_t step_ws_bytes(int32_t batch) {
   auto dev = current_device();
   return step_workspace_bytes(batch, dev ? dev->n_sm : 1024);
 }
+int64_t step_ws_hist_word(int32_t b) {
+  auto dev = current_device();
+  return step_workspace_hist_word(b, dev ? dev->n_sm : 1024);
+}
 
 Status sparse_step(step_params p, const launch_cfg& lc) {
   const char* who = "sparse_step";

@@ -64,8 +64,11 @@ Status sketch_query(sketch_query_params p, const launch_cfg& lc);
 Status prefill_attention(prefill_params p, const launch_cfg& lc);
 
 // The fused sparse decode step (score + top-k + attention in one cooperative launch; see
-// kernels/sparse_step.cuh). ws: step_ws_bytes(batch), zeroed once before first use.
+// kernels/sparse_step.cuh). ws: step_ws_bytes(batch), zeroed once before first use; it serves
+// any batch up to the one it was sized for.
 int64_t step_ws_bytes(int32_t batch);
+// Word offset of sequence b's level histograms (3 x 2176 words, zero at rest) in it.
+int64_t step_ws_hist_word(int32_t b);
 Status sparse_step(step_params p, const launch_cfg& lc);
 
 }  // namespace sieve::cuda

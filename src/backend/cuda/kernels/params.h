@@ -212,6 +212,7 @@ struct step_params {
                                  // after P0, P1, P2, P3, P4, the last barrier, the end
   int32_t ctas_per_seq = 0;      // set by the launcher
   int32_t smem_scores = 0;       // set by the launcher: score cache capacity per CTA (floats)
+  int64_t slot_words = 0;        // set by the launcher: the workspace's per-CTA slot words
 };
 
 // Append new tokens' K/V into pages and write their sketch keys.

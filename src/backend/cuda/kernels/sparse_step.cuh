@@ -41,11 +41,16 @@ constexpr int step_ws_head_words = 32;
 constexpr int step_max_ctas_per_sm = 32;
 constexpr uint32_t step_bar_unit = 1u << 20;  // every barrier adds exactly this to the counter
 
-// Workspace words: the barrier counter (64-bit) + padding, per-sequence level histograms
-// [batch][3][2048 fine + 128 coarse], per-CTA (gt, eq) slots.
+// Workspace words: the barrier counter (64-bit) + padding, per-CTA (gt, eq) slots, then per
+// sequence its level histograms [3][2048 fine + 128 coarse]. Only the number of sequence
+// blocks depends on the batch, so one workspace serves every batch size up to the one it was
+// sized for (sequence b's histograms, zero at rest, stay where they are).
+constexpr int step_seq_words = 3 * step_level_words;
+__host__ __device__ inline int64_t step_slot_words(int n_sm) {
+  return static_cast<int64_t>(n_sm) * step_max_ctas_per_sm * 2;
+}
 __host__ __device__ inline int64_t step_ws_words(int batch, int n_sm) {
-  return step_ws_head_words + static_cast<int64_t>(batch) * 3 * step_level_words +
-         static_cast<int64_t>(n_sm) * step_max_ctas_per_sm * 2;
+  return step_ws_head_words + step_slot_words(n_sm) + static_cast<int64_t>(batch) * step_seq_words;
 }
 
 __device__ __forceinline__ uint64_t global_ns() {
@@ -227,9 +232,8 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   const select_budget& bu = p.budget;
   grid_bar bar;
   bar.init(p.ws);
-  uint32_t* gh = p.ws + step_ws_head_words + static_cast<int64_t>(b) * 3 * step_level_words;
-  uint32_t* slots = p.ws + step_ws_head_words +
-                    static_cast<int64_t>(p.batch) * 3 * step_level_words;  // [grid][2]
+  uint32_t* slots = p.ws + step_ws_head_words;  // [grid][2]
+  uint32_t* gh = slots + p.slot_words + static_cast<int64_t>(b) * step_seq_words;
 
   // the step's first loads, issued together: length, first page and the query sketches
   const int len = p.seq_len[b];

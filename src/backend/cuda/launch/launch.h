@@ -27,6 +27,7 @@ cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
 // The fused sparse decode step (cooperative launch; lc.pdl is not used).
 cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc);
 int64_t step_workspace_bytes(int batch, int n_sm);
+int64_t step_workspace_hist_word(int b, int n_sm);
 // Benchmark aid: a cooperative launch of ctas_per_sm x SMs CTAs crossing n grid barriers.
 cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
                                  cudaStream_t stream);

@@ -29,6 +29,7 @@ cudaError_t run(step_params p, const launch_cfg& lc) {
   if (p.batch <= 0 || max_ctas < p.batch) return cudaErrorInvalidConfiguration;
   p.ctas_per_seq = max_ctas / p.batch;
   p.smem_scores = C::smem_bytes / 4;
+  p.slot_words = step_slot_words(n_sm);
   // per-CTA buffers: uncached scores need 3 words of shared memory per 32 scores
   const int64_t chunk =
       (static_cast<int64_t>(std::max(p.max_len, 1)) + p.ctas_per_seq - 1) / p.ctas_per_seq + 16;
@@ -72,6 +73,10 @@ cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
 
 int64_t step_workspace_bytes(int batch, int n_sm) {
   return step_ws_words(batch, n_sm) * 4;
+}
+
+int64_t step_workspace_hist_word(int b, int n_sm) {
+  return step_ws_head_words + step_slot_words(n_sm) + static_cast<int64_t>(b) * step_seq_words;
 }
 
 }  // namespace sieve::cuda

@@ -160,8 +160,11 @@ void run_fused_vs_chain(const step_case& c, uint32_t seed) {
   const std::vector<uint32_t> w = ws.get();
   EXPECT_EQ(w[0] & 0xfffffu, 0u);
   EXPECT_NE(w[0] | w[1], 0u);
-  for (size_t i = 32; i < 32 + static_cast<size_t>(B) * 3 * (2048 + 128); ++i)
-    ASSERT_EQ(w[i], 0u) << "histogram word " << i;
+  for (int bb = 0; bb < B; ++bb) {
+    const size_t h0 = static_cast<size_t>(step_ws_hist_word(bb));
+    for (size_t i = h0; i < h0 + 3 * (2048 + 128); ++i)
+      ASSERT_EQ(w[i], 0u) << "seq " << bb << " histogram word " << i;
+  }
 }
 
 TEST(CudaSparseStep, LlamaShapeOneQueryMatchesChain) {
@@ -184,10 +187,10 @@ TEST(CudaSparseStep, GemmaShapeShortSequence) {
 }
 
 // Selection only over given score rows (row b holds lens[b] scores), checked against a
-// sort-based top-k; every k runs twice on one workspace (launches that skip level barriers,
-// as a single sequence does once its selection is resolved, must leave it ready too).
+// sort-based top-k; every k runs twice on the given workspace (launches that skip level
+// barriers, as a single sequence does once resolved, must leave it ready too).
 void check_selection_only(const std::vector<int32_t>& lens,
-                          const std::vector<std::vector<float>>& rows) {
+                          const std::vector<std::vector<float>>& rows, dbuf<uint32_t>& ws) {
   const int B = static_cast<int>(lens.size());
   const int max_len = *std::max_element(lens.begin(), lens.end());
   const int64_t stride = score_row_stride(max_len);
@@ -197,8 +200,6 @@ void check_selection_only(const std::vector<int32_t>& lens,
               sc.begin() + static_cast<size_t>(b) * stride);
   dbuf<float> d_sc(sc);
   dbuf<int32_t> d_lens(lens);
-  dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
-  ws.zero();
   for (int k : {2048, 1, 0, 6000}) {
     select_budget bu;
     bu.k_max = k;
@@ -254,8 +255,12 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
       if (b == 3) v = std::round(v * 64.f) / 64.f;
       rows[b].push_back(v);
     }
-  check_selection_only(lens, rows);
-  for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]});
+  // one workspace for every batch size (its layout does not depend on the batch)
+  dbuf<uint32_t> ws(step_ws_bytes(static_cast<int32_t>(lens.size())) / 4);
+  ws.zero();
+  check_selection_only(lens, rows, ws);
+  for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]}, ws);
+  check_selection_only(lens, rows, ws);
 }
 
 TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {

@@ -117,7 +117,7 @@ int64_t decode_ws_ml_floats(int32_t batch, int32_t n_kv, int32_t n_splits, int32
 namespace {
 // Tokens per CTA such that n_rows * ceil(max_len / chunk) CTAs fit in one wave of `resident`
 // CTAs: a second wave of a few CTAs costs a whole CTA's time (exact scoring at 1M, B=1: 8 rows
-// x 50 chunks = 400 CTAs for 396 slots took 824 us, 49 chunks 5xx us; bench/RESULTS-cuda.md,
+// x 50 chunks = 400 CTAs for 396 slots took 824 us, 49 chunks 603-608 us; bench/RESULTS-cuda.md,
 // run 6). A multiple of `align`, at least `min_chunk`; rows beyond one wave get one CTA each.
 int32_t one_wave_chunk(int64_t n_rows, int64_t max_len, int64_t resident, int64_t align,
                        int64_t min_chunk) {

@@ -19,7 +19,7 @@ struct token_list {
     if (sel == nullptr || i < n_sink) return i;
     i -= n_sink;
     // L2 path, not the read-only cache: the fused step reads lists written in the same launch
-    if (i < n_sel) return __ldg(sel + i);
+    if (i < n_sel) return __ldcg(sel + i);
     return w_start + (i - n_sel);
   }
 };

@@ -76,7 +76,7 @@ int64_t step_workspace_bytes(int batch, int n_sm) {
 }
 
 int64_t step_workspace_hist_word(int b, int n_sm) {
-  return step_ws_head_words + step_slot_words(n_sm) + static_cast<int64_t>(b) * step_seq_words;
+  return step_ws_words(b, n_sm);  // sequence b's block follows the b blocks before it
 }
 
 }  // namespace sieve::cuda

@@ -529,26 +529,6 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   }
   const stats s_eager = time_gpu([&] { SK(sparse_step(st, g_lc)); });
   report("sparse", name + ".step_eager", sh.name, c.B, c.N, s_eager, 0, "one launch");
-  graph_runner gr;
-  gr.capture([&] { SK(sparse_step(st, g_lc)); });
-  const stats s_graph = time_gpu([&] { gr.run(); });
-  report("sparse", name + ".step", sh.name, c.B, c.N, s_graph, 0,
-         std::string(gr.exec ? "graph" : "eager(capture failed)") +
-             " splits=" + std::to_string(st.attend.n_splits));
-  std::vector<int32_t> cnt(c.B);
-  CK(cudaMemcpy(cnt.data(), bf.sel_cnt, c.B * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  if (cnt[0] != std::min(k_budget, c.N - k_sink - k_window - 1))
-    std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", name.c_str(), cnt[0]);
-  {  // the attention inside the persistent kernel (P5) instead of chained behind it
-    step_params in = st;
-    in.attend_chained = false;
-    graph_runner gi;
-    gi.capture([&] { SK(sparse_step(in, g_lc)); });
-    const stats s_in = time_gpu([&] { gi.run(); });
-    report("sparse", name + ".step_inkernel", sh.name, c.B, c.N, s_in, 0,
-           std::string(gi.exec ? "graph" : "eager(capture failed)") +
-               " attention in the step kernel (P5)");
-  }
   // where the time goes: CTA 0's %globaltimer stamps, median over cold-L2 runs
   auto phases = [&](step_params sp_t, const std::string& prefix, int n_ph) {
     uint64_t* d_ns = dalloc<uint64_t>(8);
@@ -572,49 +552,84 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
     }
     cudaFree(d_ns);
   };
-  {  // the whole step with P5 in the step kernel, so that its attention is stamped too
-    step_params sp_t = st;
-    sp_t.attend_chained = false;
-    phases(sp_t, name, 7);
-  }
-  step_params ss = st;
-  ss.attend_on = false;
-  const stats s_ss = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
-  report("sparse", name + ".score", sh.name, c.B, c.N, s_ss, 0, "score+select, no attention");
-  // selection alone needs every score in global memory: the step keeps them in shared memory
-  // when they fit, so write them with the separate scorer first
+  // selection alone needs every score in global memory: the step keeps them in shared memory,
+  // so the separate scorer writes them once
   sketch_score_params p = sp.sk;
   p.mode = sketch_mode::raw;
   SK(sketch_score(p, g_lc));
-  ss.score = false;
-  const stats s_sel = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
-  report("sparse", name + ".select", sh.name, c.B, c.N, s_sel, 0,
-         "rows=" + std::to_string(c.B) + " fused selection only");
-  phases(ss, name + ".select", 5);
-  {  // per layer in a decode pipeline: 16 layers' selections back to back in one graph, each
-     // over its own score buffer (cold L2 before the first): the launch latency that one
-     // isolated launch pays is then paid once per graph, as in a captured decode step
-    constexpr int L = 16;
-    const size_t n = static_cast<size_t>(c.B) * ss.score_stride;
-    std::vector<float*> bufs(L);
-    for (auto& b : bufs) {
-      b = dalloc<float>(n);
-      CK(cudaMemcpy(b, ss.scores, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  // The same step with the CTAs meeting in one cluster per sequence (the automatic choice where
+  // the rows fit) and over the whole grid, side by side: the step in a graph, score + select,
+  // selection alone (one launch, and per layer in a 16-layer graph) and its phases.
+  for (step_sync sync : {step_sync::automatic, step_sync::grid, step_sync::cluster}) {
+    const std::string nm = sync == step_sync::automatic ? name
+                           : sync == step_sync::grid    ? name + "_grid"
+                                                        : name + "_cluster";
+    step_params sv = st;
+    sv.sync = sync;
+    if (sync == step_sync::cluster) {  // only where the automatic choice is the grid
+      step_params probe = sv;
+      probe.sync = step_sync::automatic;
+      if (sparse_step_mode(probe) == step_sync::cluster) continue;
+      probe.sync = step_sync::cluster;
+      probe.attend_on = false;
+      if (!sparse_step(probe, g_lc).ok()) continue;  // the rows do not fit a cluster
     }
-    graph_runner gl;
-    gl.capture([&] {
-      for (int l = 0; l < L; ++l) {
-        step_params sl = ss;
-        sl.scores = bufs[l];
-        SK(sparse_step(sl, g_lc));
+    graph_runner gr;
+    gr.capture([&] { SK(sparse_step(sv, g_lc)); });
+    const stats s_graph = time_gpu([&] { gr.run(); });
+    report("sparse", nm + ".step", sh.name, c.B, c.N, s_graph, 0,
+           std::string(gr.exec ? "graph" : "eager(capture failed)") +
+               " splits=" + std::to_string(sv.attend.n_splits));
+    std::vector<int32_t> cnt(c.B);
+    CK(cudaMemcpy(cnt.data(), bf.sel_cnt, c.B * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    if (cnt[0] != std::min(k_budget, c.N - k_sink - k_window - 1))
+      std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", nm.c_str(), cnt[0]);
+    step_params ss = sv;
+    ss.attend_on = false;
+    const stats s_ss = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
+    report("sparse", nm + ".score", sh.name, c.B, c.N, s_ss, 0, "score+select, no attention");
+    ss.score = false;
+    const stats s_sel = time_gpu([&] { SK(sparse_step(ss, g_lc)); });
+    report("sparse", nm + ".select", sh.name, c.B, c.N, s_sel, 0,
+           "rows=" + std::to_string(c.B) + " fused selection only");
+    phases(ss, nm + ".select", 5);
+    {  // per layer in a decode pipeline: 16 layers' selections back to back in one graph, each
+       // over its own score buffer (cold L2 before the first): the launch latency that one
+       // isolated launch pays is then paid once per graph, as in a captured decode step
+      constexpr int L = 16;
+      const size_t n = static_cast<size_t>(c.B) * ss.score_stride;
+      std::vector<float*> bufs(L);
+      for (auto& b : bufs) {
+        b = dalloc<float>(n);
+        CK(cudaMemcpy(b, ss.scores, n * sizeof(float), cudaMemcpyDeviceToDevice));
       }
-    });
-    const stats s_l = time_gpu([&] { gl.run(); });
-    report("sparse", name + ".select_per_layer", sh.name, c.B, c.N,
-           stats{s_l.med / L, s_l.p10 / L, s_l.p90 / L}, 0,
-           "rows=" + std::to_string(c.B) + " 16 layers in one graph, time / 16" +
-               (gl.exec ? "" : " (eager: capture failed)"));
-    for (auto* b : bufs) cudaFree(b);
+      graph_runner gl;
+      gl.capture([&] {
+        for (int l = 0; l < L; ++l) {
+          step_params sl = ss;
+          sl.scores = bufs[l];
+          SK(sparse_step(sl, g_lc));
+        }
+      });
+      const stats s_l = time_gpu([&] { gl.run(); });
+      report("sparse", nm + ".select_per_layer", sh.name, c.B, c.N,
+             stats{s_l.med / L, s_l.p10 / L, s_l.p90 / L}, 0,
+             "rows=" + std::to_string(c.B) + " 16 layers in one graph, time / 16" +
+                 (gl.exec ? "" : " (eager: capture failed)"));
+      for (auto* b : bufs) cudaFree(b);
+    }
+  }
+  {  // the attention inside the persistent (grid) kernel (P5) instead of chained behind it,
+     // and its phases with P5 stamped
+    step_params in = st;
+    in.attend_chained = false;
+    graph_runner gi;
+    gi.capture([&] { SK(sparse_step(in, g_lc)); });
+    const stats s_in = time_gpu([&] { gi.run(); });
+    report("sparse", name + ".step_inkernel", sh.name, c.B, c.N, s_in, 0,
+           std::string(gi.exec ? "graph" : "eager(capture failed)") +
+               " attention in the step kernel (P5)");
+    phases(in, name + "_grid", 7);
   }
 }
 
@@ -992,6 +1007,7 @@ int main(int argc, char** argv) {
   bench_barrier(bf);
   std::vector<int> Ns = {32768, 131072, 524288, 1048576};
   if (g_quick) Ns = {32768, 131072};
+  if (g_only_n) Ns = {g_only_n};  // any length, not only the table's
   for (const shape& sh : {k_llama, k_smol, k_gemma}) {
     for (int N : Ns) {
       for (int B : {1, 8}) {

@@ -290,6 +290,22 @@ int64_t step_ws_hist_word(int32_t b) {
   return step_workspace_hist_word(b, dev ? dev->n_sm : 1024);
 }
 
+namespace {
+void normalize_step(step_params& p) {
+  fix_shift(p.sk.pages);
+  fix_shift(p.attend.kv.pages);
+  if (!p.score) {  // only the key format picks the instance
+    p.sk.type = dtype::fp8_e4m3;
+    p.sk.dim = 16;
+  }
+}
+}  // namespace
+
+step_sync sparse_step_mode(step_params p) {
+  normalize_step(p);
+  return launch_step_choice(p);
+}
+
 Status sparse_step(step_params p, const launch_cfg& lc) {
   const char* who = "sparse_step";
   if (p.batch <= 0) return make_error("{}: batch = {}, expected > 0", who, p.batch);
@@ -347,16 +363,16 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
     p.attend.kv.head_dim = 128;  // selection only: any instance will do
     if (p.attend.kv.type != dtype::f16) p.attend.kv.type = dtype::bf16;
   }
-  fix_shift(p.sk.pages);
-  fix_shift(p.attend.kv.pages);
-  if (!p.score) {  // only the key format picks the instance
-    p.sk.type = dtype::fp8_e4m3;
-    p.sk.dim = 16;
-  }
+  normalize_step(p);
   const cudaError_t e = launch_sparse_step(p, lc);
   if (e == cudaErrorInvalidConfiguration)
     return make_error("{}: batch = {} exceeds the resident CTAs of the device; split the batch",
                       who, p.batch);
+  if (e == cudaErrorNotSupported)
+    return make_error(
+        "{}: sync = cluster needs an sm_90 device, the attention chained or off, and rows that "
+        "fit the shared memory of one cluster (max_len = {}); use step_sync::automatic",
+        who, p.max_len);
   if (e == cudaErrorLaunchOutOfResources)
     return make_error(
         "{}: max_len = {} is too long for the per-CTA buffers at batch {}; split the batch or "

@@ -63,12 +63,15 @@ Status kv_append(kv_append_params p, const launch_cfg& lc);
 Status sketch_query(sketch_query_params p, const launch_cfg& lc);
 Status prefill_attention(prefill_params p, const launch_cfg& lc);
 
-// The fused sparse decode step (score + top-k + attention in one cooperative launch; see
-// kernels/sparse_step.cuh). ws: step_ws_bytes(batch), zeroed once before first use; it serves
-// any batch up to the one it was sized for.
+// The fused sparse decode step: score + top-k in one launch (one thread-block cluster per
+// sequence, kernels/step_cluster.cuh, or one cooperative grid, kernels/sparse_step.cuh; p.sync),
+// the attention chained behind it. ws: step_ws_bytes(batch), zeroed once before first use
+// (only the grid uses it); it serves any batch up to the one it was sized for.
 int64_t step_ws_bytes(int32_t batch);
 // Word offset of sequence b's level histograms (3 x 2176 words, zero at rest) in it.
 int64_t step_ws_hist_word(int32_t b);
 Status sparse_step(step_params p, const launch_cfg& lc);
+// How sparse_step() would run p on the current device: step_sync::cluster or ::grid.
+step_sync sparse_step_mode(step_params p);
 
 }  // namespace sieve::cuda

@@ -184,6 +184,11 @@ struct soft_vote_params {
 // barriers between phases instead of kernel boundaries. `attend.set` must name this step's
 // outputs (sel_idx = out_idx, sel_count = out_count, sel_heads = 1, n_sink = budget.lo,
 // n_window = budget.tail - 1); the host API checks that.
+// How the fused step's CTAs meet: one thread-block cluster per sequence (distributed shared
+// memory, cluster barriers; rows must fit the cluster's shared memory, sm_90) or a
+// cooperative launch over the whole device (global histograms, grid barriers; any length).
+enum class step_sync : int32_t { automatic = 0, grid = 1, cluster = 2 };
+
 struct step_params {
   sketch_keys sk;            // n_sk_heads == 1
   const float* q = nullptr;  // [batch, n_sq, dim] fp32 query sketches
@@ -213,6 +218,8 @@ struct step_params {
   int32_t ctas_per_seq = 0;      // set by the launcher
   int32_t smem_scores = 0;       // set by the launcher: score cache capacity per CTA (floats)
   int64_t slot_words = 0;        // set by the launcher: the workspace's per-CTA slot words
+  step_sync sync = step_sync::automatic;  // automatic: cluster when the rows fit (launch/step.cu)
+  int32_t cl_keys = 0;  // set by the launcher (cluster): sketch keys per cp.async stage
 };
 
 // Append new tokens' K/V into pages and write their sketch keys.

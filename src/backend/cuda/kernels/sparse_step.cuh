@@ -106,14 +106,17 @@ struct step_state {
   bool done = false;
 };
 
-struct step_scan {
-  uint32_t w[2][4];
+template <int NW>  // warps of the block
+struct scan_smem {
+  uint32_t w[2][NW];
   uint32_t bin, above, cnt;
 };
+using step_scan = scan_smem<step_threads / 32>;
 
-// Block-wide exclusive scan of two counters in thread order (128 threads); returns totals.
+// Block-wide exclusive scan of two counters in thread order (NW warps); returns totals.
+template <int NW>
 __device__ __forceinline__ void block_scan2(uint32_t& a, uint32_t& b, uint32_t& ta, uint32_t& tb,
-                                            step_scan& sm) {
+                                            scan_smem<NW>& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t sa = a, sb = b;
 #pragma unroll
@@ -134,7 +137,7 @@ __device__ __forceinline__ void block_scan2(uint32_t& a, uint32_t& b, uint32_t& 
   uint32_t oa = 0, ob = 0;
   ta = tb = 0;
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
+  for (int w = 0; w < NW; ++w) {
     if (w < warp) {
       oa += sm.w[0][w];
       ob += sm.w[1][w];
@@ -159,6 +162,38 @@ __device__ __forceinline__ void step_flush(const uint32_t* h, int n_bins, uint32
   if (sum) atomicAdd(gl + step_bins + threadIdx.x, sum);
 }
 
+// First level: the selectable total is known. Returns true when nothing is to be selected.
+__device__ __forceinline__ bool step_start(step_state& st, uint32_t total, uint32_t k_max) {
+  st.total = total;
+  st.need = min(k_max, total);
+  if (st.need != 0) return false;
+  st.done = true;
+  st.thr = 0xffffffffu;
+  st.r_tie = 0;
+  st.n_sel = 0;
+  return true;
+}
+
+// A level's boundary bin is known (its index, the scores above it, its count): narrow the
+// state; done when the bin is taken whole or no key bits remain below it (rem = 0).
+__device__ __forceinline__ void step_take_bin(step_state& st, int bits, int rem, uint32_t k_max,
+                                              uint32_t bin, uint32_t above, uint32_t cnt) {
+  st.prefix = (st.prefix << bits) | bin;
+  st.need -= above;
+  const uint32_t k = min(k_max, st.total);
+  if (st.need == cnt) {  // the whole bin: every key at or above its lowest key
+    st.done = true;
+    st.thr = st.prefix << rem;
+    st.r_tie = 0xffffffffu;
+    st.n_sel = k;
+  } else if (rem == 0) {
+    st.done = true;
+    st.thr = st.prefix;
+    st.r_tie = st.need;
+    st.n_sel = k;
+  }
+}
+
 // Resolves one radix level from the sequence's global histogram (`bits` = log2 n_bins, `rem`
 // = key bits below this level): a scan of the 128 coarse sums (thread t holds group 127 - t,
 // so thread order is descending key order), then the fine bins of the one group holding the
@@ -170,17 +205,7 @@ __device__ inline void step_resolve(const uint32_t* gl, int bits, int rem, bool 
   const uint32_t s = __ldcg(gl + step_bins + grp);
   uint32_t excl = s, dummy = 0, total = 0, t2 = 0;
   block_scan2(excl, dummy, total, t2, sm);
-  if (first) {
-    st.total = total;
-    st.need = min(k_max, total);
-    if (st.need == 0) {
-      st.done = true;
-      st.thr = 0xffffffffu;
-      st.r_tie = 0;
-      st.n_sel = 0;
-      return;
-    }
-  }
+  if (first && step_start(st, total, k_max)) return;
   if (excl < st.need && st.need <= excl + s) {
     uint32_t c[16];
 #pragma unroll
@@ -199,21 +224,113 @@ __device__ inline void step_resolve(const uint32_t* gl, int bits, int rem, bool 
     }
   }
   __syncthreads();
-  const uint32_t above = sm.above, cnt = sm.cnt;
-  st.prefix = (st.prefix << bits) | sm.bin;
-  st.need -= above;
+  const uint32_t bin = sm.bin, above = sm.above, cnt = sm.cnt;
   __syncthreads();
-  const uint32_t k = min(k_max, st.total);
-  if (st.need == cnt) {  // the whole bin: every key at or above its lowest key
-    st.done = true;
-    st.thr = st.prefix << rem;
-    st.r_tie = 0xffffffffu;
-    st.n_sel = k;
-  } else if (rem == 0) {
-    st.done = true;
-    st.thr = st.prefix;
-    st.r_tie = st.need;
-    st.n_sel = k;
+  step_take_bin(st, bits, rem, k_max, bin, above, cnt);
+}
+
+// Raw shared-sketch score of one 16-byte key row: the sum over the n_sq query sketches
+// (pre-scaled in s_q) of their logits, in the order of sketch_score_kernel's raw mode.
+template <class KT, int DS>
+__device__ __forceinline__ float step_key_score(uint4 raw, const float (*s_q)[DS], int n_sq) {
+  float k[DS];
+  unpack_word<KT>(raw.x, k);
+  unpack_word<KT>(raw.y, k + DS / 4);
+  unpack_word<KT>(raw.z, k + DS / 2);
+  unpack_word<KT>(raw.w, k + 3 * DS / 4);
+  float score = 0.f;
+  for (int h = 0; h < n_sq; ++h) {
+    float l = 0.f;
+#pragma unroll
+    for (int j = 0; j < DS; j += 4) {
+      const float4 q4 = *reinterpret_cast<const float4*>(&s_q[h][j]);
+      l = fmaf(q4.x, k[j], l);
+      l = fmaf(q4.y, k[j + 1], l);
+      l = fmaf(q4.z, k[j + 2], l);
+      l = fmaf(q4.w, k[j + 3], l);
+    }
+    score += l;
+  }
+  return score;
+}
+
+// P3: (> T, == T) counts per slab of 32 consecutive scores (one per lane, ballots), four
+// slabs per warp step so several loads are in flight; s_slab[e] = gt | eq << 16. Returns the
+// CTA's totals in every thread. load(i) gives score i of the chunk.
+template <int NW, class Load>
+__device__ inline void step_count(const step_state& st, int n, Load load, uint32_t* s_slab,
+                                  uint32_t& g_tot, uint32_t& e_tot, scan_smem<NW>& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_slabs = ceil_div(n, 32);
+  uint32_t wg = 0, we = 0;
+  if (st.n_sel > 0) {
+    for (int e0 = warp; e0 < n_slabs; e0 += 4 * NW) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = (e0 + NW * u) * 32 + lane;
+        v[u] = i < n ? load(i) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int e = e0 + NW * u;
+        if (e >= n_slabs) break;
+        const int i = e * 32 + lane;
+        const uint32_t key = float_key(v[u]);
+        const uint32_t gt = __popc(__ballot_sync(k_full_mask, i < n && key > st.thr));
+        const uint32_t eq = __popc(__ballot_sync(k_full_mask, i < n && key == st.thr));
+        if (lane == 0) s_slab[e] = gt | (eq << 16);
+        wg += gt;
+        we += eq;
+      }
+    }
+  } else {
+    for (int e = tid; e < n_slabs; e += NW * 32) s_slab[e] = 0u;
+  }
+  // every lane of a warp holds its warp's counts (ballots): lane 0 brings them to the sum
+  wg = lane == 0 ? wg : 0u;
+  we = lane == 0 ? we : 0u;
+  block_scan2(wg, we, g_tot, e_tot, sm);
+}
+
+// P4: slab offsets by a block scan on top of (cta_g, cta_e), the counts every earlier CTA of
+// the sequence selects; then each warp writes its slabs' selected positions (begin + i) in
+// ascending order, ties to the lowest positions (empty slabs skipped).
+template <int NW, class Load>
+__device__ inline void step_emit(const step_state& st, int n, int begin, Load load,
+                                 const uint32_t* s_slab, uint32_t* off_g, uint32_t* off_e,
+                                 uint32_t cta_g, uint32_t cta_e, int32_t* out, scan_smem<NW>& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n_slabs = ceil_div(n, 32);
+  const int per = ceil_div(n_slabs, NW * 32);
+  const int e0 = min(tid * per, n_slabs), e1 = min(e0 + per, n_slabs);
+  uint32_t tg = 0, te = 0;
+  for (int e = e0; e < e1; ++e) {
+    tg += s_slab[e] & 0xffffu;
+    te += s_slab[e] >> 16;
+  }
+  uint32_t tot_g, tot_e;
+  block_scan2(tg, te, tot_g, tot_e, sm);
+  tg += cta_g;
+  te += cta_e;
+  for (int e = e0; e < e1; ++e) {
+    off_g[e] = tg;
+    off_e[e] = te;
+    tg += s_slab[e] & 0xffffu;
+    te += s_slab[e] >> 16;
+  }
+  __syncthreads();
+  if (st.n_sel == 0) return;
+  for (int e = warp; e < n_slabs; e += NW) {
+    if (s_slab[e] == 0u) continue;
+    const int i = e * 32 + lane;
+    const uint32_t key = i < n ? float_key(load(i)) : 0u;
+    const bool is_gt = i < n && key > st.thr, is_eq = i < n && key == st.thr;
+    const unsigned below = (1u << lane) - 1u;
+    const uint32_t g_before = off_g[e] + __popc(__ballot_sync(k_full_mask, is_gt) & below);
+    const uint32_t e_before = off_e[e] + __popc(__ballot_sync(k_full_mask, is_eq) & below);
+    if (is_gt) out[g_before + min(e_before, st.r_tie)] = begin + i;
+    if (is_eq && e_before < st.r_tie) out[g_before + e_before] = begin + i;
   }
 }
 
@@ -226,7 +343,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   __shared__ uint32_t s_words[step_static_words];
   __shared__ step_scan s_scan;
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   const int cps = p.ctas_per_seq;
   const int b = blockIdx.x / cps, part = blockIdx.x - b * cps;
   const select_budget& bu = p.budget;
@@ -307,24 +424,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
 #pragma unroll
       for (int u = 0; u < TPT; ++u) {
         const int i = base + u * step_threads + tid;
-        float k[DS];
-        unpack_word<KT>(cur[u].x, k);
-        unpack_word<KT>(cur[u].y, k + DS / 4);
-        unpack_word<KT>(cur[u].z, k + DS / 2);
-        unpack_word<KT>(cur[u].w, k + 3 * DS / 4);
-        float score = 0.f;
-        for (int h = 0; h < p.n_sq; ++h) {  // same order as sketch_score_kernel's raw mode
-          float l = 0.f;
-#pragma unroll
-          for (int j = 0; j < DS; j += 4) {
-            const float4 q4 = *reinterpret_cast<const float4*>(&s_q[h][j]);
-            l = fmaf(q4.x, k[j], l);
-            l = fmaf(q4.y, k[j + 1], l);
-            l = fmaf(q4.z, k[j + 2], l);
-            l = fmaf(q4.w, k[j + 3], l);
-          }
-          score += l;
-        }
+        const float score = step_key_score<KT, DS>(cur[u], s_q, p.n_sq);
         if (i < n) {
           if (cached)
             cache[i] = score;
@@ -405,43 +505,15 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     if (!st.done) step_resolve(gl, bits, shift - bits, false, k_max, st, s_scan);
   }
 
-  // ---- P3: (> T, == T) counts per slab of 32 consecutive scores (one per lane, ballots),
-  // four slabs per warp step so several loads are in flight; CTA totals -> slot.
+  // ---- P3: (> T, == T) counts per slab of 32 scores; CTA totals -> slot
   const int n_slabs = ceil_div(n, 32);
   uint32_t* s_slab = words;                             // [n_slabs] gt | eq << 16
   uint32_t* off_g = cached ? s_hist : words + n_slabs;  // [n_slabs] gt before each slab
   uint32_t* off_e = off_g + n_slabs;                    // [n_slabs] eq before each slab
+  auto load = [&](int i) { return cached ? cache[i] : __ldcg(gsc + begin + i); };
   {
-    uint32_t wg = 0, we = 0;
-    if (st.n_sel > 0) {
-      for (int e0 = warp; e0 < n_slabs; e0 += 16) {
-        float v[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int i = (e0 + 4 * u) * 32 + lane;
-          v[u] = i < n ? (cached ? cache[i] : __ldcg(gsc + begin + i)) : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int e = e0 + 4 * u;
-          if (e >= n_slabs) break;
-          const int i = e * 32 + lane;
-          const uint32_t key = float_key(v[u]);
-          const uint32_t gt = __popc(__ballot_sync(k_full_mask, i < n && key > st.thr));
-          const uint32_t eq = __popc(__ballot_sync(k_full_mask, i < n && key == st.thr));
-          if (lane == 0) s_slab[e] = gt | (eq << 16);
-          wg += gt;
-          we += eq;
-        }
-      }
-    } else {
-      for (int e = tid; e < n_slabs; e += step_threads) s_slab[e] = 0u;
-    }
-    // every lane of a warp holds its warp's counts (ballots): lane 0 brings them to the sum
     uint32_t g_tot, e_tot;
-    wg = lane == 0 ? wg : 0u;
-    we = lane == 0 ? we : 0u;
-    block_scan2(wg, we, g_tot, e_tot, s_scan);
+    step_count<step_threads / 32>(st, n, load, s_slab, g_tot, e_tot, s_scan);
     if (tid == 0) {
       slots[2 * blockIdx.x] = g_tot;
       slots[2 * blockIdx.x + 1] = e_tot;
@@ -450,8 +522,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   bar.sync();
   mark(4);
 
-  // ---- P4: the CTA's offsets from its predecessors' slots, slab offsets by a block scan,
-  // then each warp writes its slabs' selected positions in order (empty slabs skipped).
+  // ---- P4: the CTA's offsets from its predecessors' slots, then its positions in order
   {
     uint32_t pg = 0, pe = 0;
     for (int c = b * cps + tid; c < static_cast<int>(blockIdx.x); c += step_threads) {
@@ -460,37 +531,8 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     }
     uint32_t cta_g, cta_e;  // everything the sequence's earlier CTAs select
     block_scan2(pg, pe, cta_g, cta_e, s_scan);
-    const int per = ceil_div(n_slabs, step_threads);
-    const int e0 = min(tid * per, n_slabs), e1 = min(e0 + per, n_slabs);
-    uint32_t tg = 0, te = 0;
-    for (int e = e0; e < e1; ++e) {
-      tg += s_slab[e] & 0xffffu;
-      te += s_slab[e] >> 16;
-    }
-    uint32_t tot_g, tot_e;
-    block_scan2(tg, te, tot_g, tot_e, s_scan);
-    tg += cta_g;
-    te += cta_e;
-    for (int e = e0; e < e1; ++e) {
-      off_g[e] = tg;
-      off_e[e] = te;
-      tg += s_slab[e] & 0xffffu;
-      te += s_slab[e] >> 16;
-    }
-    __syncthreads();
-    int32_t* out = p.out_idx + static_cast<int64_t>(b) * p.out_stride;
-    if (st.n_sel > 0)
-      for (int e = warp; e < n_slabs; e += 4) {
-        if (s_slab[e] == 0u) continue;
-        const int i = e * 32 + lane;
-        const uint32_t key = i < n ? float_key(cached ? cache[i] : __ldcg(gsc + begin + i)) : 0u;
-        const bool is_gt = i < n && key > st.thr, is_eq = i < n && key == st.thr;
-        const unsigned below = (1u << lane) - 1u;
-        const uint32_t g_before = off_g[e] + __popc(__ballot_sync(k_full_mask, is_gt) & below);
-        const uint32_t e_before = off_e[e] + __popc(__ballot_sync(k_full_mask, is_eq) & below);
-        if (is_gt) out[g_before + min(e_before, st.r_tie)] = begin + i;
-        if (is_eq && e_before < st.r_tie) out[g_before + e_before] = begin + i;
-      }
+    step_emit<step_threads / 32>(st, n, begin, load, s_slab, off_g, off_e, cta_g, cta_e,
+                                 p.out_idx + static_cast<int64_t>(b) * p.out_stride, s_scan);
     if (part == 0) {
       if (tid == 0) p.out_count[b] = static_cast<int32_t>(st.n_sel);
       for (int i = tid; i < 3 * step_level_words; i += step_threads) gh[i] = 0u;  // for reuse

@@ -26,6 +26,8 @@ cudaError_t launch_sketch_query(const sketch_query_params& p, const launch_cfg& 
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
 // The fused sparse decode step (cooperative launch; lc.pdl is not used).
 cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc);
+// How launch_sparse_step would run p: step_sync::cluster or step_sync::grid.
+step_sync launch_step_choice(const step_params& p);
 int64_t step_workspace_bytes(int batch, int n_sm);
 int64_t step_workspace_hist_word(int b, int n_sm);
 // Benchmark aid: a cooperative launch of ctas_per_sm x SMs CTAs crossing n grid barriers.

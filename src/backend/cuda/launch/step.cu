@@ -1,13 +1,127 @@
-// Dispatch of the fused sparse decode step: kv dtype x head_dim, fp8 e4m3 sketch keys with
-// d_s 16 (6 instances; other sketch formats run the separate kernels). A cooperative launch
-// of as many CTAs as fit on the device at once, split evenly over the sequences.
-#include "backend/cuda/kernels/sparse_step.cuh"
+// Dispatch of the fused sparse decode step, fp8 e4m3 sketch keys with d_s 16 (other sketch
+// formats run the separate kernels):
+// - cluster (step_cluster.cuh): one thread-block cluster of 16 CTAs (8 where 16 cannot be
+//   placed) per sequence, when the rows fit the cluster's shared memory (sm_90);
+// - grid (sparse_step.cuh): kv dtype x head_dim instances, a cooperative launch of as many
+//   CTAs as fit on the device at once, split evenly over the sequences; the only mode that
+//   can run the attention inside the launch (attend_chained = false).
+#include "backend/cuda/kernels/step_cluster.cuh"
 #include "backend/cuda/launch/launch_util.cuh"
 
 #include <algorithm>
 
 namespace sieve::cuda {
 namespace {
+
+// Per cluster-kernel instance: the shared memory a CTA may take, set once.
+template <int C>
+struct cluster_kernel {
+  static constexpr auto kern = step_cluster_kernel<__nv_fp8_e4m3, 16, C>;
+  int dyn_max = -1;     // dynamic shared memory limit per CTA (bytes); 0: cannot launch
+  int placed_dyn = -1;  // the dynamic size last checked for placement, and the answer
+  bool placed = false;
+  cudaError_t init() {
+    if (dyn_max >= 0) return cudaSuccess;
+    int dev = 0, cluster_ok = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, dev);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaFuncAttributes fa{};
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, kern);
+    if (e != cudaSuccess) return e;
+    dyn_max = cluster_ok ? optin - static_cast<int>(fa.sharedSizeBytes) : 0;
+    if (dyn_max > 0)
+      e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn_max);
+    if (e == cudaSuccess && C > 8)
+      e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) dyn_max = 0;
+    cudaGetLastError();  // an unsupported attribute only rules the instance out
+    return cudaSuccess;
+  }
+};
+
+// Sizes the cluster step for C CTAs per sequence; false when the rows do not fit.
+template <int C>
+bool cluster_fits(step_params& p, int dyn_max, int& dyn) {
+  const int cap = ceil_div(ceil_div(std::max(p.max_len, 1), C), 16) * 16;
+  const int64_t slab_bytes = 3 * static_cast<int64_t>(ceil_div(cap, 32)) * 4;
+  int64_t extra = slab_bytes;
+  p.cl_keys = 0;
+  if (p.score) {  // the largest key stage (x cl_ring in flight) that fits
+    const int64_t pages = static_cast<int64_t>(cl_page_words(cap, p.sk.pages.page_shift)) * 4;
+    for (int keys = 4 * cl_threads; keys >= cl_threads; keys /= 2) {
+      const int64_t need = pages + static_cast<int64_t>(cl_ring) * keys * 16;
+      if (static_cast<int64_t>(cap) * 4 + std::max(need, slab_bytes) <= dyn_max &&
+          (keys == cl_threads || cap > (cl_ring - 1) * keys)) {
+        p.cl_keys = keys;
+        extra = std::max(need, slab_bytes);
+        break;
+      }
+    }
+    if (p.cl_keys == 0) return false;
+  }
+  const int64_t total = static_cast<int64_t>(cap) * 4 + extra;
+  if (total > dyn_max) return false;
+  p.smem_scores = cap;
+  dyn = static_cast<int>(total);
+  return true;
+}
+
+cudaLaunchConfig_t cluster_cfg(int C, int batch, int dyn, const launch_cfg& lc,
+                               cudaLaunchAttribute (&attr)[2]) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(C * batch);
+  cfg.blockDim = dim3(cl_threads);
+  cfg.dynamicSmemBytes = dyn;
+  cfg.stream = lc.stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = lc.pdl ? 2 : 1;
+  return cfg;
+}
+
+// Whether p can run as clusters of C CTAs (sets its launcher fields and the shared memory).
+template <int C>
+bool cluster_try(step_params& p, int& dyn) {
+  static cluster_kernel<C> k;
+  if (k.init() != cudaSuccess || k.dyn_max <= 0 || !cluster_fits<C>(p, k.dyn_max, dyn))
+    return false;
+  if (dyn != k.placed_dyn) {  // can one cluster of this size and shared memory be placed?
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_cfg(C, 1, dyn, launch_cfg{}, attr);
+    int clusters = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<C>::kern, &cfg);
+    if (e != cudaSuccess) cudaGetLastError();
+    k.placed_dyn = dyn;
+    k.placed = e == cudaSuccess && clusters >= 1;
+  }
+  return k.placed;
+}
+
+// When scoring, the automatic choice takes the cluster while each CTA's chunk holds at most
+// this many keys; selection alone takes it wherever the rows fit. Measured on the H200
+// (bench/RESULTS-cuda.md, run 8, Llama shape, B = 1 and 8): the cluster selects faster at
+// every length that fits (16.8 vs 25.0 us at 128K, 24.5 vs 29.5 at 256K, B = 1) and scores +
+// selects faster up to 128K (23.3 vs 27.2 us), but from 256K on its 16 SMs read the sketch
+// keys slower than the whole grid does (36.6 vs 32.3 us at 256K, 54.7 vs 33.5 at 512K).
+constexpr int cl_auto_max_score_chunk = 8192;
+
+// The cluster size the step runs with (16, or 8 where 16 cannot be placed), 0 for the grid.
+int choose(step_params& p, int& dyn) {
+  if (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)) return 0;
+  const bool forced = p.sync == step_sync::cluster;
+  for (int C : {16, 8}) {
+    if (C == 16 ? cluster_try<16>(p, dyn) : cluster_try<8>(p, dyn))
+      return forced || !p.score || p.smem_scores <= cl_auto_max_score_chunk ? C : 0;
+  }
+  return 0;
+}
 
 template <class T, int D>
 cudaError_t run(step_params p, const launch_cfg& lc) {
@@ -56,6 +170,16 @@ cudaError_t by_dim(const step_params& p, const launch_cfg& lc) {
 
 cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc) {
   if (p.sk.type != dtype::fp8_e4m3 || p.sk.dim != 16) return cudaErrorInvalidValue;
+  step_params q = p;
+  int dyn = 0;
+  const int C = choose(q, dyn);
+  if (C > 0) {
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = cluster_cfg(C, q.batch, dyn, lc, attr);
+    return C == 16 ? cudaLaunchKernelEx(&cfg, cluster_kernel<16>::kern, q)
+                   : cudaLaunchKernelEx(&cfg, cluster_kernel<8>::kern, q);
+  }
+  if (p.sync == step_sync::cluster) return cudaErrorNotSupported;
   if (p.attend.kv.type == dtype::bf16) return by_dim<__nv_bfloat16>(p, lc);
   if (p.attend.kv.type == dtype::f16) return by_dim<__half>(p, lc);
   return cudaErrorInvalidValue;
@@ -69,6 +193,12 @@ cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
   if (e != cudaSuccess) return e;
   return launch_cooperative(barrier_probe_kernel, dim3(ctas_per_sm * n_sm), dim3(step_threads), 0,
                             stream, ws, n_barriers);
+}
+
+step_sync launch_step_choice(const step_params& p) {
+  step_params q = p;
+  int dyn = 0;
+  return choose(q, dyn) > 0 ? step_sync::cluster : step_sync::grid;
 }
 
 int64_t step_workspace_bytes(int batch, int n_sm) {

@@ -130,10 +130,15 @@ void run_fused_vs_chain(const step_case& c, uint32_t seed) {
   st.attend.o = o_b.p;
   st.attend.set.sel_idx = idx_b.p;
   st.attend.set.sel_count = cnt_b.p;
-  // twice with the attention chained behind the step (PDL), twice inside it (P5); every
-  // launch after the first reuses the workspace as left
-  for (int rep = 0; rep < 4; ++rep) {
-    st.attend_chained = rep < 2;
+  // the attention chained behind the step (PDL) after each way of meeting (cluster or grid),
+  // then inside the cooperative launch (P5); every launch after the first reuses the
+  // workspace as left
+  const std::pair<step_sync, bool> runs[] = {
+      {step_sync::automatic, true}, {step_sync::cluster, true}, {step_sync::grid, true},
+      {step_sync::cluster, true},   {step_sync::grid, false},   {step_sync::automatic, false}};
+  for (int rep = 0; rep < 6; ++rep) {
+    st.sync = runs[rep].first;
+    st.attend_chained = runs[rep].second;
     idx_b.poison();
     o_b.poison();
     STATUS_OK(sparse_step(st, launch_cfg{}));
@@ -190,7 +195,8 @@ TEST(CudaSparseStep, GemmaShapeShortSequence) {
 // sort-based top-k; every k runs twice on the given workspace (launches that skip level
 // barriers, as a single sequence does once resolved, must leave it ready too).
 void check_selection_only(const std::vector<int32_t>& lens,
-                          const std::vector<std::vector<float>>& rows, dbuf<uint32_t>& ws) {
+                          const std::vector<std::vector<float>>& rows, dbuf<uint32_t>& ws,
+                          step_sync sync) {
   const int B = static_cast<int>(lens.size());
   const int max_len = *std::max_element(lens.begin(), lens.end());
   const int64_t stride = score_row_stride(max_len);
@@ -220,6 +226,7 @@ void check_selection_only(const std::vector<int32_t>& lens,
     st.out_stride = out_stride;
     st.out_count = cnt.p;
     st.ws = ws.p;
+    st.sync = sync;
     for (int rep = 0; rep < 2; ++rep) {
       idx.poison();
       STATUS_OK(sparse_step(st, launch_cfg{}));
@@ -232,7 +239,8 @@ void check_selection_only(const std::vector<int32_t>& lens,
         ASSERT_EQ(c[b], static_cast<int>(want.size())) << "k " << k << " seq " << b << " of " << B;
         std::vector<int> got(o.begin() + static_cast<size_t>(b) * out_stride,
                              o.begin() + static_cast<size_t>(b) * out_stride + c[b]);
-        ASSERT_EQ(got, want) << "k " << k << " seq " << b << " of " << B << " rep " << rep;
+        ASSERT_EQ(got, want) << "k " << k << " seq " << b << " of " << B << " rep " << rep
+                             << " sync " << static_cast<int>(sync);
       }
     }
   }
@@ -258,9 +266,55 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
   // one workspace for every batch size (its layout does not depend on the batch)
   dbuf<uint32_t> ws(step_ws_bytes(static_cast<int32_t>(lens.size())) / 4);
   ws.zero();
-  check_selection_only(lens, rows, ws);
-  for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]}, ws);
-  check_selection_only(lens, rows, ws);
+  for (step_sync sync : {step_sync::grid, step_sync::cluster}) {
+    check_selection_only(lens, rows, ws, sync);
+    for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]}, ws, sync);
+    check_selection_only(lens, rows, ws, sync);
+  }
+}
+
+// Rows longer than one cluster's shared memory: a forced cluster step refuses them with a
+// clear error, the automatic choice runs them on the cooperative grid.
+TEST(CudaSparseStep, LongRowsLeaveTheCluster) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(76);
+  const std::vector<int32_t> lens = {1500000};
+  std::vector<std::vector<float>> rows(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int t = 0; t < lens[0]; ++t) rows[0].push_back(std::round(nd(rng) * 256.f) / 256.f);
+  dbuf<uint32_t> ws(step_ws_bytes(1) / 4);
+  ws.zero();
+  check_selection_only(lens, rows, ws, step_sync::automatic);
+  dbuf<float> sc(static_cast<size_t>(score_row_stride(lens[0])));
+  dbuf<int32_t> idx(2048), cnt(1), d_lens(lens);
+  step_params st;
+  st.score = false;
+  st.attend_on = false;
+  st.scores = sc.p;
+  st.score_stride = score_row_stride(lens[0]);
+  st.seq_len = d_lens.p;
+  st.batch = 1;
+  st.max_len = lens[0];
+  st.budget.k_max = 2048;
+  st.out_idx = idx.p;
+  st.out_stride = 2048;
+  st.out_count = cnt.p;
+  st.ws = ws.p;
+  EXPECT_EQ(sparse_step_mode(st), step_sync::grid);
+  st.max_len = 40000;  // 2.5K scores per CTA of a 16-CTA cluster
+  EXPECT_EQ(sparse_step_mode(st), step_sync::cluster);
+  st.max_len = 400000;  // selection alone: the cluster wherever the rows fit
+  EXPECT_EQ(sparse_step_mode(st), step_sync::cluster);
+  st.score = true;  // scoring 25K keys per CTA: the grid reads them faster
+  st.sk.pages.page_size = 16;
+  EXPECT_EQ(sparse_step_mode(st), step_sync::grid);
+  st.score = false;
+  st.max_len = lens[0];
+  st.sync = step_sync::cluster;
+  const Status s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cluster"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("max_len = 1500000"), std::string::npos) << s.message();
 }
 
 TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {

@@ -12,12 +12,14 @@
 //   P0  sketch keys of the chunk -> shared memory through a ring of cp.async stages (each
 //       thread scores the keys it copied, so no block barrier per stage), or the given
 //       scores; scores cached; level-0 histogram (top 11 key bits) in shared memory
-//   L   per level: cluster barrier; CTA r sums bins [r*per, (r+1)*per) over the cluster
-//       (reduce-scatter through DSMEM) and their total; cluster barrier; every CTA reads the
-//       C slice totals, then the bins of the one slice holding the boundary: the same state
-//       in every CTA, so a resolved selection skips the remaining levels uniformly
-//   P3  (> T, == T) counts per slab of 32 scores; CTA totals; cluster barrier
-//   P4  offsets from the earlier CTAs' totals (DSMEM), ordered positions written out
+//   L   per level: each CTA adds its nonzero bins into their owner's slice (CTA r owns bins
+//       [r*per, (r+1)*per)) with fire-and-forget DSMEM atomics; one cluster barrier; every
+//       CTA reads the merged histogram (one 16-byte DSMEM load per thread) and finds the
+//       boundary bin itself: the same state in every CTA, so a resolved selection skips the
+//       remaining levels uniformly
+//   P3  (> T, == T) counts per slab of 32 scores; each CTA pushes its totals to the later
+//       CTAs of the cluster; cluster barrier (the last DSMEM access)
+//   P4  offsets from the earlier CTAs' totals, ordered positions written out
 // It selects exactly what sparse_step_kernel and the separate kernels select (same scores in
 // the same order, same tie rule; tests/step_test.cpp).
 #pragma once
@@ -50,74 +52,59 @@ __host__ __device__ inline int cl_page_words(int cache_floats, int page_shift) {
 }
 
 struct cl_smem {
-  uint32_t own[step_bins / 8];  // merged bins this CTA owns (reduce-scatter; C >= 8)
-  uint32_t wsum[cl_warps];
-  uint32_t own_tot;  // their total
-  uint32_t slice, excl, total;
-  uint32_t tot[2];  // this CTA's (gt, eq) counts
+  // level L's merged bins owned by this CTA: slice r of the cluster histogram, bins
+  // [r*per, (r+1)*per), per = bins / C <= 256 (C >= 8); every CTA adds its counts in
+  __align__(16) uint32_t own[3][step_bins / 8];
+  uint32_t pre[2][32];  // (gt, eq) counts of each earlier CTA of the cluster, pushed by it
   scan_smem<cl_warps> scan;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 namespace cg = cooperative_groups;
 
-// One radix level over the cluster: the local histograms (s_hist, n_bins = 1 << bits) are
-// complete in every CTA. Leaves the same state in every thread of every CTA of the cluster.
+// One radix level over the cluster; the local histogram s_hist (n_bins = 1 << bits) is
+// complete. Each CTA adds its nonzero bins into their owners' slices (fire-and-forget DSMEM
+// atomics), one cluster barrier, then every CTA reads the whole merged histogram (one 8- or
+// 16-byte DSMEM load per thread) and finds the boundary bin itself: the same state in every
+// thread of every CTA of the cluster.
 template <int C>
 __device__ inline void cl_resolve(const cg::cluster_group& cl, const uint32_t* s_hist, cl_smem& cs,
-                                  int bits, int rem, bool first, uint32_t k_max, step_state& st) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int per = (1 << bits) / C;  // bins per slice (<= 256)
-  const int r = static_cast<int>(cl.block_rank());
-  cl.sync();  // every local histogram is complete
-  uint32_t mine = 0;
-  if (tid < per) {
-    uint32_t v[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) v[c] = cl.map_shared_rank(s_hist, c)[r * per + tid];
-#pragma unroll
-    for (int c = 0; c < C; ++c) mine += v[c];
-    cs.own[tid] = mine;
-  }
-  mine = __reduce_add_sync(k_full_mask, mine);
-  if (lane == 0) cs.wsum[warp] = mine;
-  __syncthreads();
-  if (tid == 0) {
-    uint32_t t = 0;
-#pragma unroll
-    for (int w = 0; w < cl_warps; ++w) t += cs.wsum[w];
-    cs.own_tot = t;
+                                  int level, int bits, int rem, bool first, uint32_t k_max,
+                                  step_state& st) {
+  const int tid = threadIdx.x;
+  const int n_bins = 1 << bits, per = n_bins / C;
+  for (int j = tid; j < n_bins; j += cl_threads) {
+    const uint32_t v = s_hist[j];
+    if (v) atomicAdd(cl.map_shared_rank(&cs.own[level][0], j / per) + j % per, v);
   }
   cl.sync();  // every slice is merged
-  // slice totals in descending key order (lane j holds slice C-1-j), one DSMEM read each
-  if (warp == 0) {
-    const uint32_t s = lane < C ? *cl.map_shared_rank(&cs.own_tot, C - 1 - lane) : 0u;
-    uint32_t incl = s;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t x = __shfl_up_sync(k_full_mask, incl, o);
-      if (lane >= o) incl += x;
-    }
-    const uint32_t total = __shfl_sync(k_full_mask, incl, 31);
-    const uint32_t need = first ? min(k_max, total) : st.need;
-    if (lane == 0) cs.total = total;
-    if (lane < C && incl - s < need && need <= incl) {
-      cs.slice = static_cast<uint32_t>(C - 1 - lane);
-      cs.excl = incl - s;
-    }
+  // thread t holds q bins in descending key order: bins n_bins - q(t+1) .. n_bins - qt - 1
+  const int q = n_bins / cl_threads;  // 4 or 2
+  const int lo_bin = n_bins - q * (tid + 1);
+  const uint32_t* src = cl.map_shared_rank(&cs.own[level][0], lo_bin / per) + lo_bin % per;
+  uint32_t c[4] = {0u, 0u, 0u, 0u};
+  if (q == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(src);
+    c[0] = v.x, c[1] = v.y;
   }
-  __syncthreads();
-  if (first && step_start(st, cs.total, k_max)) return;
-  const int sl = static_cast<int>(cs.slice);
-  const uint32_t excl = cs.excl;
-  // the boundary slice's bins, descending (thread j holds bin per-1-j of the slice)
-  const uint32_t c = tid < per ? cl.map_shared_rank(cs.own, sl)[per - 1 - tid] : 0u;
-  uint32_t a = c, dummy = 0, ta, tb;
-  block_scan2(a, dummy, ta, tb, cs.scan);
-  if (tid < per && excl + a < st.need && st.need <= excl + a + c) {
-    cs.scan.bin = static_cast<uint32_t>(sl * per + per - 1 - tid);
-    cs.scan.above = excl + a;
-    cs.scan.cnt = c;
+  uint32_t a = c[0] + c[1] + c[2] + c[3], dummy = 0, total, t2;
+  const uint32_t mine = a;
+  block_scan2(a, dummy, total, t2, cs.scan);  // a = count above this thread's bins
+  if (first && step_start(st, total, k_max)) return;
+  if (a < st.need && st.need <= a + mine) {
+    uint32_t acc = a;
+    for (int i = q - 1; i >= 0; --i) {  // descending within the thread
+      if (acc + c[i] >= st.need) {
+        cs.scan.bin = static_cast<uint32_t>(lo_bin + i);
+        cs.scan.above = acc;
+        cs.scan.cnt = c[i];
+        break;
+      }
+      acc += c[i];
+    }
   }
   __syncthreads();
   const uint32_t bin = cs.scan.bin, above = cs.scan.above, cnt = cs.scan.cnt;
@@ -130,7 +117,8 @@ template <class KT, int DS, int C>
 __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(DS * sizeof(KT) == 16, "one 16-byte load per sketch key row");
-  static_assert(C >= 8 && step_bins / C <= cl_threads, "a slice's bins fit one per thread");
+  static_assert(C >= 8 && C <= 16 && step_bins / cl_threads == 4,
+                "a thread reads 4 (level 2: 2) merged bins of one owner's slice");
   extern __shared__ __align__(128) uint8_t smem[];  // cache | page ids | key ring (P0), slabs
   __shared__ __align__(16) float s_q[step_max_q][DS];
   __shared__ uint32_t s_hist[step_bins];
@@ -146,6 +134,9 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   };
   mark(0);
   for (int i = tid; i < step_bins; i += cl_threads) s_hist[i] = 0u;
+  for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.own[0][0])[i] = 0u;
+  // other CTAs add into `own` from level 0 on: they wait for this zeroing before
+  cluster_arrive_release();
   griddep_wait();  // inputs of an earlier kernel (PDL launch)
 
   const int len = p.seq_len[b];
@@ -231,7 +222,8 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   // ---- levels: 11 / 11 / 10 bits
   step_state st;
   const uint32_t k_max = static_cast<uint32_t>(max(bu.k_max, 0));
-  cl_resolve<C>(cl, s_hist, cs, 11, 21, true, k_max, st);
+  cluster_wait_acquire();  // every CTA's `own` is zeroed
+  cl_resolve<C>(cl, s_hist, cs, 0, 11, 21, true, k_max, st);
   mark(1);
 #pragma unroll 1
   for (int level = 1; level <= 2; ++level) {
@@ -251,7 +243,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
         atomicAdd(s_hist + ((key >> (shift - bits)) & static_cast<uint32_t>(n_bins - 1)), 1u);
     }
     __syncthreads();
-    cl_resolve<C>(cl, s_hist, cs, bits, shift - bits, false, k_max, st);
+    cl_resolve<C>(cl, s_hist, cs, level, bits, shift - bits, false, k_max, st);
     mark(1 + level);
   }
 
@@ -263,26 +255,20 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   auto load = [&](int i) { return cache[i]; };
   uint32_t g_tot, e_tot;
   step_count<cl_warps>(st, n, load, s_slab, g_tot, e_tot, cs.scan);
-  if (tid == 0) {
-    cs.tot[0] = g_tot;
-    cs.tot[1] = e_tot;
+  if (tid > part && tid < C) {  // this CTA's counts to every later CTA of the cluster
+    uint32_t* pre = cl.map_shared_rank(&cs.pre[0][0], tid);
+    pre[part] = g_tot;
+    pre[32 + part] = e_tot;
   }
-  cl.sync();
+  cl.sync();  // the last DSMEM access: a CTA may leave once past it
   mark(4);
-  uint32_t pg = 0, pe = 0;  // counts of the cluster's earlier CTAs
-  if (tid < part) {
-    const uint32_t* t = cl.map_shared_rank(cs.tot, tid);
-    pg = t[0];
-    pe = t[1];
-  }
-  cluster_arrive_release();  // this CTA's last DSMEM read is done (waited for before exit)
-  uint32_t cta_g, cta_e;
+  uint32_t pg = tid < part ? cs.pre[0][tid] : 0u, pe = tid < part ? cs.pre[1][tid] : 0u;
+  uint32_t cta_g, cta_e;  // counts of the cluster's earlier CTAs
   block_scan2(pg, pe, cta_g, cta_e, cs.scan);
   step_emit<cl_warps>(st, n, begin, load, s_slab, off_g, off_e, cta_g, cta_e,
                       p.out_idx + static_cast<int64_t>(b) * p.out_stride, cs.scan);
   if (part == 0 && tid == 0) p.out_count[b] = static_cast<int32_t>(st.n_sel);
   mark(5);
-  cluster_wait_acquire();  // no CTA leaves while another may still read its shared memory
 #endif
 }
 

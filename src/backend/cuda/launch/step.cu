@@ -18,8 +18,8 @@ template <int C>
 struct cluster_kernel {
   static constexpr auto kern = step_cluster_kernel<__nv_fp8_e4m3, 16, C>;
   int dyn_max = -1;     // dynamic shared memory limit per CTA (bytes); 0: cannot launch
-  int placed_dyn = -1;  // the dynamic size last checked for placement, and the answer
-  bool placed = false;
+  int placed_dyn = -1;  // the dynamic size last checked for placement, and the answer:
+  int active = 0;       //   clusters resident at once (0: none can be placed)
   cudaError_t init() {
     if (dyn_max >= 0) return cudaSuccess;
     int dev = 0, cluster_ok = 0, optin = 0;
@@ -86,41 +86,56 @@ cudaLaunchConfig_t cluster_cfg(int C, int batch, int dyn, const launch_cfg& lc,
   return cfg;
 }
 
-// Whether p can run as clusters of C CTAs (sets its launcher fields and the shared memory).
+// How many clusters of C CTAs can be resident at once for p (0: p cannot run so); sets p's
+// launcher fields and the shared memory.
 template <int C>
-bool cluster_try(step_params& p, int& dyn) {
+int cluster_try(step_params& p, int& dyn) {
   static cluster_kernel<C> k;
-  if (k.init() != cudaSuccess || k.dyn_max <= 0 || !cluster_fits<C>(p, k.dyn_max, dyn))
-    return false;
-  if (dyn != k.placed_dyn) {  // can one cluster of this size and shared memory be placed?
+  if (k.init() != cudaSuccess || k.dyn_max <= 0 || !cluster_fits<C>(p, k.dyn_max, dyn)) return 0;
+  if (dyn != k.placed_dyn) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = cluster_cfg(C, 1, dyn, launch_cfg{}, attr);
     int clusters = 0;
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<C>::kern, &cfg);
     if (e != cudaSuccess) cudaGetLastError();
     k.placed_dyn = dyn;
-    k.placed = e == cudaSuccess && clusters >= 1;
+    k.active = e == cudaSuccess ? clusters : 0;
   }
-  return k.placed;
+  return k.active;
 }
 
 // When scoring, the automatic choice takes the cluster while each CTA's chunk holds at most
 // this many keys; selection alone takes it wherever the rows fit. Measured on the H200
-// (bench/RESULTS-cuda.md, run 8, Llama shape, B = 1 and 8): the cluster selects faster at
-// every length that fits (16.8 vs 25.0 us at 128K, 24.5 vs 29.5 at 256K, B = 1) and scores +
-// selects faster up to 128K (23.3 vs 27.2 us), but from 256K on its 16 SMs read the sketch
-// keys slower than the whole grid does (36.6 vs 32.3 us at 256K, 54.7 vs 33.5 at 512K).
-constexpr int cl_auto_max_score_chunk = 8192;
+// (bench/RESULTS-cuda.md, run 8, Llama shape): the cluster selects faster at every length
+// that fits (B = 1: 16.8 vs 25.0 us at 128K, 24.5 vs 29.5 at 256K) and scores + selects
+// faster up to 16K keys per CTA (B = 1, 128K: 43.9 vs 49.7 us for the step; B = 8, 128K with
+// 8-CTA clusters: 77.2 vs 85.6), about even at 256K (57.1 vs 55.3), slower beyond: 16 SMs
+// read the sketch keys slower than the whole grid does (512K: 75.6 vs 56.2).
+constexpr int cl_auto_max_score_chunk = 16384;
 
-// The cluster size the step runs with (16, or 8 where 16 cannot be placed), 0 for the grid.
+// The cluster size the step runs with, 0 for the grid. Selection alone: 16 CTAs per sequence
+// where they fit (faster than 8 even when not all clusters are resident at once). Scoring:
+// 16 when a cluster per sequence is resident at once, else 8 if those are (B = 8 at 128K:
+// 16-CTA clusters in two waves 44.5 us, 8-CTA clusters 37.1 us for score + select).
 int choose(step_params& p, int& dyn) {
   if (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)) return 0;
-  const bool forced = p.sync == step_sync::cluster;
-  for (int C : {16, 8}) {
-    if (C == 16 ? cluster_try<16>(p, dyn) : cluster_try<8>(p, dyn))
-      return forced || !p.score || p.smem_scores <= cl_auto_max_score_chunk ? C : 0;
-  }
-  return 0;
+  step_params p16 = p, p8 = p;
+  int dyn16 = 0, dyn8 = 0;
+  const int a16 = cluster_try<16>(p16, dyn16);
+  const bool try8 = a16 == 0 || (p.score && a16 < p.batch);
+  const int a8 = try8 ? cluster_try<8>(p8, dyn8) : 0;
+  int C = 0;
+  if (a16 > 0 && (!p.score || a16 >= p.batch))
+    C = 16;
+  else if (a8 >= p.batch)
+    C = 8;
+  else
+    C = a16 > 0 ? 16 : a8 > 0 ? 8 : 0;
+  if (C == 0) return 0;
+  p = C == 16 ? p16 : p8;
+  dyn = C == 16 ? dyn16 : dyn8;
+  const bool auto_ok = !p.score || p.smem_scores <= cl_auto_max_score_chunk;
+  return p.sync == step_sync::cluster || auto_ok ? C : 0;
 }
 
 template <class T, int D>

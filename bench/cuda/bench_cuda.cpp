@@ -483,6 +483,45 @@ void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const spa
   CK(cudaMemcpy(cnt.data(), bf.sel_cnt, sp.rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
   if (cnt[0] != std::min(k_budget, c.N - k_sink - k_window - 1))
     std::fprintf(stderr, "warning: %s selected %d tokens in row 0\n", name.c_str(), cnt[0]);
+
+  // The same step with the selection as the fused step's selection-only launch over the rows
+  // the scorer wrote (one per KV head or sketch head: rows_per_seq), instead of the chain.
+  if (sp.sel.rows_per_seq > 1 && sp.rows <= 64) {
+    step_params fs;
+    fs.score = false;
+    fs.attend_on = false;
+    fs.scores = bf.scores;
+    fs.score_stride = sp.sel.score_stride;
+    fs.seq_len = c.lens;
+    fs.batch = sp.rows;
+    fs.rows_per_seq = sp.sel.rows_per_seq;
+    fs.max_len = c.N;
+    fs.budget = sp.sel.budget;
+    fs.out_idx = bf.sel_idx;
+    fs.out_stride = k_budget;
+    fs.out_count = bf.sel_cnt;
+    fs.ws = bf.step_ws;
+    const std::string fname = name + "_fusedsel";
+    const bool cl = sparse_step_mode(fs) == step_sync::cluster;
+    run_score(sp, var);
+    const stats s_fsel = time_gpu([&] { SK(sparse_step(fs, g_lc)); });
+    report("sparse", fname + ".select", sh.name, c.B, c.N, s_fsel, 0,
+           "rows=" + std::to_string(sp.rows) + (cl ? " cluster" : " grid"));
+    auto fstep = [&] {
+      run_score(sp, var);
+      SK(sparse_step(fs, g_lc));
+      SK(decode_attention(sp.attend, g_lc));
+    };
+    graph_runner gf;
+    gf.capture(fstep);
+    const stats s_fstep = time_gpu([&] { gf.run(); });
+    report("sparse", fname + ".step", sh.name, c.B, c.N, s_fstep, 0,
+           std::string(gf.exec ? "graph" : "eager(capture failed)") + (cl ? " cluster" : " grid"));
+    std::vector<int32_t> cnt2(sp.rows);
+    CK(cudaMemcpy(cnt2.data(), bf.sel_cnt, sp.rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    if (cnt2 != cnt)
+      std::fprintf(stderr, "warning: %s counts differ from the chain's\n", fname.c_str());
+  }
 }
 
 // The fused step (one cooperative launch) on the shared fp8 sketch with one query sketch:

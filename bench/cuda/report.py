@@ -96,13 +96,16 @@ def main():
                 targets.append((f"sparse step >= 10x cuDNN at 128K, {var} B={B}", sp >= 10, f"{sp:.1f}x"))
             if var.startswith("sketch") and N == 1048576:
                 targets.append((f"sparse step >= 25x cuDNN at 1M, {var} B={B}", sp >= 25, f"{sp:.1f}x"))
-            if var == "exact_qk" and N == 1048576:
+            if var.startswith("exact_qk") and N == 1048576:
                 targets.append((f"exact q.K step >= 1.8x cuDNN at 1M, B={B}", sp >= 1.8, f"{sp:.2f}x"))
-        if m == "llama3-8b" and var in ("exact_qk", "sketch_fp8_kvhead_vote", "sketch_fused_fp8_shared_raw1"):
+        if m == "llama3-8b" and var in ("exact_qk", "sketch_fp8_kvhead_vote", "sketch_fused_fp8_shared_raw1",
+                                        "exact_qk_fusedsel", "sketch_fp8_kvhead_vote_fusedsel"):
             sel = get(base + ".select", m, B, N)
             if sel is not None and m == "llama3-8b" and B == 1 and N in (131072, 1048576):
                 lim = 20 if N == 131072 else 60
-                rows = "1 row per sequence, one launch" if "fused" in var else "8 rows, fused hist"
+                rows = ("1 row per sequence, one launch" if "fused_" in var else
+                        "8 rows, fused step's selection, one launch" if "fusedsel" in var else
+                        "8 rows, fused hist")
                 targets.append((f"selection <= {lim} us per layer at {N}, {var} ({rows})", sel <= lim,
                                 f"{sel:.1f} us"))
             pl = get(base + ".select_per_layer", m, B, N)

@@ -336,6 +336,14 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
     return make_error("{}: top_p = {}; the fused step selects top-k only (use select())", who,
                       p.budget.top_p);
   if (p.budget.k_max < 0) return make_error("{}: negative k_max", who);
+  if (p.rows_per_seq < 1 || (p.rows_per_seq > 1 && (p.score || p.attend_on)))
+    return make_error(
+        "{}: rows_per_seq = {}; more than one row per sequence is for selection alone (score "
+        "and attend_on false)",
+        who, p.rows_per_seq);
+  if (p.batch % p.rows_per_seq != 0)
+    return make_error("{}: batch = {} rows is not a multiple of rows_per_seq = {}", who, p.batch,
+                      p.rows_per_seq);
   if (p.max_len <= 0)
     return make_error("{}: max_len = {} (the longest sequence) must be set", who, p.max_len);
   if (p.out_stride < p.budget.k_max)

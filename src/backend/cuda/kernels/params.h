@@ -204,8 +204,11 @@ struct step_params {
   bool attend_chained = true;
   float* scores = nullptr;  // [batch, score_stride]: written when score, else read
   int64_t score_stride = 0;
-  const int32_t* seq_len = nullptr;  // [batch]
-  int32_t batch = 0;
+  const int32_t* seq_len = nullptr;  // [batch / rows_per_seq]
+  int32_t batch = 0;                 // sequences; selection alone: rows
+  // Selection alone (score and attend_on false) over several rows per sequence (e.g. one per
+  // KV head, rows b*r .. b*r + r-1): row b has seq_len[b / rows_per_seq] scores.
+  int32_t rows_per_seq = 1;
   int32_t max_len = 0;         // >= every seq_len (sizes the per-CTA buffers)
   select_budget budget;        // top-k only (top_p >= 1)
   int32_t* out_idx = nullptr;  // [batch, out_stride] ascending positions

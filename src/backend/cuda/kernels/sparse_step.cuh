@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   uint32_t* gh = slots + p.slot_words + static_cast<int64_t>(b) * step_seq_words;
 
   // the step's first loads, issued together: length, first page and the query sketches
-  const int len = p.seq_len[b];
+  const int len = p.seq_len[b / p.rows_per_seq];
   const int first_page = p.score ? p.sk.pages.indptr[b] : 0;
   constexpr int QPT = step_max_q * DS / step_threads;  // query values per thread
   float qv[QPT];

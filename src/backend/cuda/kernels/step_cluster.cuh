@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   cluster_arrive_release();
   griddep_wait();  // inputs of an earlier kernel (PDL launch)
 
-  const int len = p.seq_len[b];
+  const int len = p.seq_len[b / p.rows_per_seq];
   const int lo = min(max(bu.lo, 0), len);
   const int hi = max(len - bu.tail, lo);
   const int chunk = ceil_div(ceil_div(hi - lo, C), 16) * 16;

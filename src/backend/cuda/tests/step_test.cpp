@@ -191,13 +191,15 @@ TEST(CudaSparseStep, GemmaShapeShortSequence) {
   run_fused_vs_chain({{6000, 150}, 4, 1, 256, dtype::bf16, 4, 1024, 128, 64}, 73);
 }
 
-// Selection only over given score rows (row b holds lens[b] scores), checked against a
-// sort-based top-k; every k runs twice on the given workspace (launches that skip level
-// barriers, as a single sequence does once resolved, must leave it ready too).
-void check_selection_only(const std::vector<int32_t>& lens,
+// Selection only over given score rows, r per sequence (row b holds lens[b / r] scores),
+// checked against a sort-based top-k; every k runs twice on the given workspace (launches
+// that skip level barriers, as a single sequence does once resolved, must leave it ready too).
+void check_selection_only(const std::vector<int32_t>& seq_lens,
                           const std::vector<std::vector<float>>& rows, dbuf<uint32_t>& ws,
-                          step_sync sync) {
-  const int B = static_cast<int>(lens.size());
+                          step_sync sync, int r = 1) {
+  const int B = static_cast<int>(rows.size());
+  std::vector<int32_t> lens(B);
+  for (int b = 0; b < B; ++b) lens[b] = seq_lens[b / r];
   const int max_len = *std::max_element(lens.begin(), lens.end());
   const int64_t stride = score_row_stride(max_len);
   std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
@@ -205,7 +207,7 @@ void check_selection_only(const std::vector<int32_t>& lens,
     std::copy(rows[b].begin(), rows[b].begin() + lens[b],
               sc.begin() + static_cast<size_t>(b) * stride);
   dbuf<float> d_sc(sc);
-  dbuf<int32_t> d_lens(lens);
+  dbuf<int32_t> d_lens(seq_lens);
   for (int k : {2048, 1, 0, 6000}) {
     select_budget bu;
     bu.k_max = k;
@@ -227,6 +229,7 @@ void check_selection_only(const std::vector<int32_t>& lens,
     st.out_count = cnt.p;
     st.ws = ws.p;
     st.sync = sync;
+    st.rows_per_seq = r;
     for (int rep = 0; rep < 2; ++rep) {
       idx.poison();
       STATUS_OK(sparse_step(st, launch_cfg{}));
@@ -271,6 +274,43 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
     for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]}, ws, sync);
     check_selection_only(lens, rows, ws, sync);
   }
+}
+
+// Several rows per sequence (one per KV head, as TokenSelect selects): row b has the length
+// of sequence b / r; both ways of meeting; and the argument checks that go with it.
+TEST(CudaSparseStep, SelectionOnlyRowsPerSequence) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(77);
+  const std::vector<int32_t> seq_lens = {20000, 7000, 100};
+  const int r = 4;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<std::vector<float>> rows(seq_lens.size() * r);
+  for (size_t b = 0; b < rows.size(); ++b)
+    for (int t = 0; t < seq_lens[b / r]; ++t)
+      rows[b].push_back(b % 2 ? std::round(nd(rng) * 8.f) / 8.f : nd(rng));
+  dbuf<uint32_t> ws(step_ws_bytes(static_cast<int32_t>(rows.size())) / 4);
+  ws.zero();
+  for (step_sync sync : {step_sync::grid, step_sync::cluster})
+    check_selection_only(seq_lens, rows, ws, sync, r);
+
+  step_params st;  // argument checks (no launch)
+  st.batch = 6;
+  st.rows_per_seq = 4;
+  st.score = false;
+  st.attend_on = false;
+  int32_t fake = 0;
+  st.scores = reinterpret_cast<float*>(&fake);
+  st.seq_len = st.out_idx = st.out_count = &fake;
+  st.ws = reinterpret_cast<uint32_t*>(&fake);
+  st.max_len = 64;
+  Status s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a multiple of rows_per_seq"), std::string::npos) << s.message();
+  st.batch = 8;
+  st.attend_on = true;
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("selection alone"), std::string::npos) << s.message();
 }
 
 // Rows longer than one cluster's shared memory: a forced cluster step refuses them with a

@@ -107,10 +107,10 @@ int cluster_try(step_params& p, int& dyn) {
 // When scoring, the automatic choice takes the cluster while each CTA's chunk holds at most
 // this many keys; selection alone takes it wherever the rows fit. Measured on the H200
 // (bench/RESULTS-cuda.md, run 8, Llama shape): the cluster selects faster at every length
-// that fits (B = 1: 16.8 vs 25.0 us at 128K, 24.5 vs 29.5 at 256K) and scores + selects
-// faster up to 16K keys per CTA (B = 1, 128K: 43.9 vs 49.7 us for the step; B = 8, 128K with
-// 8-CTA clusters: 77.2 vs 85.6), about even at 256K (57.1 vs 55.3), slower beyond: 16 SMs
-// read the sketch keys slower than the whole grid does (512K: 75.6 vs 56.2).
+// that fits (B = 1: 16.5 vs 25.0 us at 128K, 24.5 vs 29.6 at 256K) and scores + selects
+// faster up to 16K keys per CTA (the step at 128K: 44.2 vs 50.2 us at B = 1, 77.6 vs 85.8 at
+// B = 8 with 8-CTA clusters), about even at 256K (57.0 vs 55.8), slower beyond: 16 SMs read
+// the sketch keys slower than the whole grid does (512K: 75.9 vs 57.3).
 constexpr int cl_auto_max_score_chunk = 16384;
 
 // The cluster size the step runs with, 0 for the grid. Selection alone: 16 CTAs per sequence

@@ -320,6 +320,22 @@ step_plan make_plan(const cache& c, const shape& sh, const sparse_variant& var, 
   return sp;
 }
 
+// The fused step's inputs and outputs for `batch` rows over the plan's scores and selection.
+step_params step_io(const cache& c, const step_plan& sp, const buffers& bf, int batch) {
+  step_params st;
+  st.scores = bf.scores;
+  st.score_stride = sp.sel.score_stride;
+  st.seq_len = c.lens;
+  st.batch = batch;
+  st.max_len = c.N;
+  st.budget = sp.sel.budget;
+  st.out_idx = bf.sel_idx;
+  st.out_stride = k_budget;
+  st.out_count = bf.sel_cnt;
+  st.ws = bf.step_ws;
+  return st;
+}
+
 void run_score(const step_plan& sp, const sparse_variant& var) {
   if (sp.exact) {
     SK(score_exact(sp.score, g_lc));
@@ -487,20 +503,10 @@ void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const spa
   // The same step with the selection as the fused step's selection-only launch over the rows
   // the scorer wrote (one per KV head or sketch head: rows_per_seq), instead of the chain.
   if (sp.sel.rows_per_seq > 1 && sp.rows <= 64) {
-    step_params fs;
+    step_params fs = step_io(c, sp, bf, sp.rows);
     fs.score = false;
     fs.attend_on = false;
-    fs.scores = bf.scores;
-    fs.score_stride = sp.sel.score_stride;
-    fs.seq_len = c.lens;
-    fs.batch = sp.rows;
     fs.rows_per_seq = sp.sel.rows_per_seq;
-    fs.max_len = c.N;
-    fs.budget = sp.sel.budget;
-    fs.out_idx = bf.sel_idx;
-    fs.out_stride = k_budget;
-    fs.out_count = bf.sel_cnt;
-    fs.ws = bf.step_ws;
     const std::string fname = name + "_fusedsel";
     const bool cl = sparse_step_mode(fs) == step_sync::cluster;
     run_score(sp, var);
@@ -537,21 +543,11 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   if (!selected(name)) return;
   const sparse_variant var = resolve(k_variants[5], sh);
   step_plan sp = make_plan(c, sh, var, bf, bf.q, 1);
-  step_params st;
+  step_params st = step_io(c, sp, bf, c.B);
   st.sk = sp.sk.sk;
   st.q = bf.qsk;
   st.n_sq = 1;
   st.scale = sp.sk.scale;
-  st.scores = bf.scores;
-  st.score_stride = sp.sk.score_stride;
-  st.seq_len = c.lens;
-  st.batch = c.B;
-  st.max_len = c.N;
-  st.budget = sp.sel.budget;
-  st.out_idx = bf.sel_idx;
-  st.out_stride = k_budget;
-  st.out_count = bf.sel_cnt;
-  st.ws = bf.step_ws;
   st.attend = sp.attend;
   {  // attention split count: the decode default against fewer, longer splits
     const int def = st.attend.n_splits;

@@ -254,6 +254,28 @@ __device__ __forceinline__ float step_key_score(uint4 raw, const float (*s_q)[DS
   return score;
 }
 
+// Selection alone, P0: the chunk's n given scores -> the score cache (if any) and the level-0
+// histogram (top 11 key bits); U loads per thread in flight. NT threads.
+template <int NT, int U>
+__device__ inline void step_load_scores(const float* src, int n, float* cache, uint32_t* s_hist) {
+  for (int base = 0; base < n; base += NT * U) {
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * NT + static_cast<int>(threadIdx.x);
+      v[u] = i < n ? __ldcg(src + i) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * NT + static_cast<int>(threadIdx.x);
+      if (i < n) {
+        if (cache != nullptr) cache[i] = v[u];
+        atomicAdd(s_hist + (float_key(v[u]) >> 21), 1u);
+      }
+    }
+  }
+}
+
 // P3: (> T, == T) counts per slab of 32 consecutive scores (one per lane, ballots), four
 // slabs per warp step so several loads are in flight; s_slab[e] = gt | eq << 16. Returns the
 // CTA's totals in every thread. load(i) gives score i of the chunk.
@@ -438,23 +460,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     }
   } else {
     __syncthreads();
-    constexpr int U = 8;
-    for (int base = 0; base < n; base += step_threads * U) {
-      float v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = base + u * step_threads + tid;
-        v[u] = i < n ? __ldcg(gsc + begin + i) : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = base + u * step_threads + tid;
-        if (i < n) {
-          if (cached) cache[i] = v[u];
-          atomicAdd(s_hist + (float_key(v[u]) >> 21), 1u);
-        }
-      }
-    }
+    step_load_scores<step_threads, 8>(gsc + begin, n, cached ? cache : nullptr, s_hist);
   }
   __syncthreads();
   step_flush(s_hist, step_bins, gh);

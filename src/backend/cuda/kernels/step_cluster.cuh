@@ -198,24 +198,8 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     }
     cp_async_wait<0>();
   } else {
-    const float* gsc = p.scores + static_cast<int64_t>(b) * p.score_stride;
-    constexpr int U = 16;
-    for (int base = 0; base < n; base += cl_threads * U) {
-      float v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = base + u * cl_threads + tid;
-        v[u] = i < n ? __ldcg(gsc + begin + i) : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = base + u * cl_threads + tid;
-        if (i < n) {
-          cache[i] = v[u];
-          atomicAdd(s_hist + (float_key(v[u]) >> 21), 1u);
-        }
-      }
-    }
+    step_load_scores<cl_threads, 16>(p.scores + static_cast<int64_t>(b) * p.score_stride + begin, n,
+                                     cache, s_hist);
   }
   __syncthreads();
 

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/launch/l2_flush.h"
+#include "backend/cuda/tests/real_rows.h"
 
 using namespace sieve::cuda;
 
@@ -717,6 +718,21 @@ void bench_select_alone(buffers& bf, std::mt19937& rng, int max_n) {
       std::uniform_real_distribution<float> ud(0.f, 1.f);
       for (auto& x : u) x = ud(rng);
       kinds.push_back({"uniform", std::move(u)});
+    }
+    {  // attention rows captured from SmolLM2 (sieve calibrate --dump-rows), tiled to N
+      static const std::vector<test::real_row> real =
+          test::load_real_rows(test::k_real_rows_fixture);
+      if (real.empty()) {
+        std::fprintf(stderr, "note: %s not found: real-row selection skipped\n",
+                     test::k_real_rows_fixture);
+      } else {
+        std::vector<float> r(static_cast<size_t>(base_rows) * N);
+        for (int b = 0; b < base_rows; ++b) {
+          const std::vector<float> row = test::tile_real_row(real, b, N, 101 * b);
+          std::copy(row.begin(), row.end(), r.begin() + static_cast<size_t>(b) * N);
+        }
+        kinds.push_back({"real_smollm2", std::move(r)});
+      }
     }
     std::vector<int32_t> lens(64, N);
     int32_t* d_len = dupload(lens);

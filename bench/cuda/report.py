@@ -135,12 +135,13 @@ def main():
         mean = r["note"].split("mean_selected=")[1].split()[0] if "mean_selected=" in r["note"] else "-"
         fu = get(base + ".fused", "any", r["B"], r["N"])
         p(f"| {r['B']} | {r['N']} | {base[len('select_'):]} | {r['median_us']:.1f} | {fmt(ch)} | {fmt(fu)} | {mean} |")
-        if r["B"] == 1 and "topk2048" in base and "softvote_sd2.5" in base:
+        if r["B"] == 1 and "topk2048" in base and ("softvote_sd2.5" in base or "real_smollm2" in base):
             lim = 20 if r["N"] == 131072 else 60
-            targets.append((f"standalone top-k selection <= {lim} us at {r['N']} (8 rows, incl. histogram)",
+            data = base.split("topk2048_")[1]
+            targets.append((f"standalone top-k selection <= {lim} us at {r['N']} (8 rows, {data}, incl. histogram)",
                             r["median_us"] <= lim, f"{r['median_us']:.1f} us"))
             if fu is not None:
-                targets.append((f"standalone top-k selection <= {lim} us at {r['N']} (8 rows, fused one launch)",
+                targets.append((f"standalone top-k selection <= {lim} us at {r['N']} (8 rows, {data}, fused one launch)",
                                 fu <= lim, f"{fu:.1f} us"))
     p("")
     # prefill

@@ -1,11 +1,12 @@
 // Top-k / top-p selection against a CPU reference: selections are compared as ordered
 // lists (ascending positions) with the defined tie-break (lower position wins ties).
+#include "backend/cuda/tests/real_rows.h"
 #include "backend/cuda/tests/test_util.h"
 
 namespace sieve::cuda::test {
 namespace {
 
-enum class dist { uniform, softvote, ties, equal, signed_normal };
+enum class dist { uniform, softvote, ties, equal, signed_normal, real };
 
 std::vector<float> make_scores(dist d, int n, std::mt19937& rng) {
   std::vector<float> v(n);
@@ -36,6 +37,16 @@ std::vector<float> make_scores(dist d, int n, std::mt19937& rng) {
     case dist::signed_normal:
       for (auto& x : v) x = 3.f * nd(rng);
       break;
+    case dist::real: {  // a captured SmolLM2 attention row, tiled from a random offset
+      static const std::vector<real_row> rows = load_real_rows(k_real_rows_fixture);
+      if (rows.empty()) {
+        ADD_FAILURE() << "missing or malformed fixture " << k_real_rows_fixture;
+        break;
+      }
+      const size_t which = rng();
+      v = tile_real_row(rows, which, n, rng() % rows[which % rows.size()].p.size());
+      break;
+    }
   }
   return v;
 }
@@ -199,6 +210,17 @@ TEST(CudaSelect, ToppUniformWithFloorAndCap) {
 TEST(CudaSelect, ToppTies) {
   SIEVE_REQUIRE_GPU();
   run_select({dist::ties, {50000}, 1, topp(0.3f, 50000, 0)}, 22);
+}
+
+// Real score distributions: attention rows captured from SmolLM2 (tiled to the length).
+TEST(CudaSelect, TopkRealAttentionRows) {
+  SIEVE_REQUIRE_GPU();
+  run_select({dist::real, {131072, 30000, 1500}, 8, topk(2048, 128, 513)}, 23);
+}
+TEST(CudaSelect, ToppRealAttentionRows) {
+  SIEVE_REQUIRE_GPU();
+  run_select({dist::real, {131072, 20000}, 4, topp(0.9f, 131072, 16)}, 24);
+  run_select({dist::real, {65536}, 2, topp(0.5f, 4096, 128, 4, 64)}, 25);
 }
 
 TEST(CudaSelect, RejectsSmallOutput) {

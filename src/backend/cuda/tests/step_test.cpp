@@ -3,6 +3,7 @@
 // references elsewhere): same selection, same attention output; and its selection-only mode
 // against a CPU top-k on tie-heavy scores, repeated launches over one workspace, and the
 // argument checks.
+#include "backend/cuda/tests/real_rows.h"
 #include "backend/cuda/tests/test_util.h"
 
 namespace sieve::cuda::test {
@@ -274,6 +275,23 @@ TEST(CudaSparseStep, SelectionOnlyTiesAndEdges) {
     for (size_t b = 0; b < lens.size(); ++b) check_selection_only({lens[b]}, {rows[b]}, ws, sync);
     check_selection_only(lens, rows, ws, sync);
   }
+}
+
+// Selection only over real score distributions: SmolLM2 attention rows (tiled), one per KV
+// head of three sequences, in both ways of meeting.
+TEST(CudaSparseStep, SelectionOnlyRealAttentionRows) {
+  SIEVE_REQUIRE_GPU();
+  const std::vector<real_row> real = load_real_rows(k_real_rows_fixture);
+  ASSERT_FALSE(real.empty()) << "missing or malformed fixture " << k_real_rows_fixture;
+  const std::vector<int32_t> seq_lens = {131072, 40000, 3000};
+  const int r = 3;
+  std::vector<std::vector<float>> rows(seq_lens.size() * r);
+  for (size_t b = 0; b < rows.size(); ++b)
+    rows[b] = tile_real_row(real, b, seq_lens[b / r], 37 * b);
+  dbuf<uint32_t> ws(step_ws_bytes(static_cast<int32_t>(rows.size())) / 4);
+  ws.zero();
+  for (step_sync sync : {step_sync::grid, step_sync::cluster})
+    check_selection_only(seq_lens, rows, ws, sync, r);
 }
 
 // Several rows per sequence (one per KV head, as TokenSelect selects): row b has the length

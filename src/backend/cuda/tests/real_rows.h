@@ -1,5 +1,5 @@
-// Real attention rows captured from SmolLM2 (tests/fixtures/attention_rows_smollm2*.txt,
-// written by `sieve calibrate --dump-rows`): one line per row, "layer head n" then n
+// Real attention rows captured from SmolLM2 at 8K tokens (tests/fixtures/attention_rows_smollm2_8k.txt,
+// written by `sieve calibrate --ctx 8192 --dump-rows`): one line per row, "layer head n" then n
 // probabilities. The CUDA selection tests and bench/cuda use them, tiled to the lengths they
 // need, as realistic score distributions. Host code only.
 #pragma once
@@ -13,7 +13,7 @@
 namespace sieve::cuda::test {
 
 // The fixture the CUDA tests and bench/cuda read (path below the source tree).
-constexpr const char* k_real_rows_fixture = "tests/fixtures/attention_rows_smollm2.txt";
+constexpr const char* k_real_rows_fixture = "tests/fixtures/attention_rows_smollm2_8k.txt";
 
 struct real_row {
   int layer = 0, head = 0;

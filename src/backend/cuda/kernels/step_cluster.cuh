@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     const int shift = level == 1 ? 21 : 10;  // bits below the resolved prefix
     const int bits = level == 1 ? 11 : 10;   // bits of this level
     const int n_bins = 1 << bits;
-    // no CTA reads this histogram any more: they all passed the level's second barrier
+    // only this CTA reads its histogram: it pushed the last level's counts before that barrier
     for (int i = tid; i < n_bins; i += cl_threads) s_hist[i] = 0u;
     __syncthreads();
     for (int i = tid; i < n; i += cl_threads) {

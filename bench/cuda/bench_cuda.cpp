@@ -806,7 +806,7 @@ void bench_select_alone(buffers& bf, std::mt19937& rng, int max_n) {
                                          });
           report("select", std::string("select_") + bk.name + "_" + kd.name + ".chain", "any", B, N,
                  s_chain, bytes, note);
-          if (bk.bu.top_p >= 1.f) {  // the fused step's selection-only mode: rows = sequences
+          {  // the fused step's selection-only mode (top-p: the cluster path): rows = sequences
             step_params st;
             st.score = false;
             st.attend_on = false;

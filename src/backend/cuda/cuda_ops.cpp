@@ -332,9 +332,13 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
   if (p.scores == nullptr || p.seq_len == nullptr || p.out_idx == nullptr ||
       p.out_count == nullptr || p.ws == nullptr)
     return make_error("{}: scores / seq_len / out_idx / out_count / ws must be set", who);
-  if (p.budget.top_p < 1.f)
-    return make_error("{}: top_p = {}; the fused step selects top-k only (use select())", who,
-                      p.budget.top_p);
+  if (!(p.budget.top_p > 0.f))
+    return make_error("{}: top_p = {} must be > 0 (>= 1: top-k only)", who, p.budget.top_p);
+  if (p.budget.top_p < 1.f && (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)))
+    return make_error(
+        "{}: top_p = {} runs in the cluster path only: use sync = automatic or cluster with the "
+        "attention chained or off (or select())",
+        who, p.budget.top_p);
   if (p.budget.k_max < 0) return make_error("{}: negative k_max", who);
   if (p.rows_per_seq < 1 || (p.rows_per_seq > 1 && (p.score || p.attend_on)))
     return make_error(
@@ -378,8 +382,9 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
                       who, p.batch);
   if (e == cudaErrorNotSupported)
     return make_error(
-        "{}: sync = cluster needs an sm_90 device, the attention chained or off, and rows that "
-        "fit the shared memory of one cluster (max_len = {}); use step_sync::automatic",
+        "{}: the cluster path (sync = cluster, or a top-p budget) needs an sm_90 device, the "
+        "attention chained or off, and rows that fit the shared memory of one cluster (max_len "
+        "= {}); use step_sync::automatic with top-k, or select() for top-p",
         who, p.max_len);
   if (e == cudaErrorLaunchOutOfResources)
     return make_error(

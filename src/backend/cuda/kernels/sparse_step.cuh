@@ -255,9 +255,11 @@ __device__ __forceinline__ float step_key_score(uint4 raw, const float (*s_q)[DS
 }
 
 // Selection alone, P0: the chunk's n given scores -> the score cache (if any) and the level-0
-// histogram (top 11 key bits); U loads per thread in flight. NT threads.
+// histogram (top 11 key bits; with s_mass, also the score mass per bin for top-p); U loads per
+// thread in flight. NT threads.
 template <int NT, int U>
-__device__ inline void step_load_scores(const float* src, int n, float* cache, uint32_t* s_hist) {
+__device__ inline void step_load_scores(const float* src, int n, float* cache, uint32_t* s_hist,
+                                        float* s_mass = nullptr) {
   for (int base = 0; base < n; base += NT * U) {
     float v[U];
 #pragma unroll
@@ -271,6 +273,7 @@ __device__ inline void step_load_scores(const float* src, int n, float* cache, u
       if (i < n) {
         if (cache != nullptr) cache[i] = v[u];
         atomicAdd(s_hist + (float_key(v[u]) >> 21), 1u);
+        if (s_mass != nullptr) atomicAdd(s_mass + (float_key(v[u]) >> 21), v[u]);
       }
     }
   }

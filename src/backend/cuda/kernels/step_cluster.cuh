@@ -26,6 +26,7 @@
 
 #include <cooperative_groups.h>
 
+#include "backend/cuda/kernels/select_common.cuh"
 #include "backend/cuda/kernels/sparse_step.cuh"
 
 namespace sieve::cuda {
@@ -55,8 +56,12 @@ struct cl_smem {
   // level L's merged bins owned by this CTA: slice r of the cluster histogram, bins
   // [r*per, (r+1)*per), per = bins / C <= 256 (C >= 8); every CTA adds its counts in
   __align__(16) uint32_t own[3][step_bins / 8];
+  __align__(16) float ownm[3][step_bins / 8];  // top-p: their score mass
   uint32_t pre[2][32];  // (gt, eq) counts of each earlier CTA of the cluster, pushed by it
   scan_smem<cl_warps> scan;
+  float wf[cl_warps];  // top-p: float scan
+  float m_above;
+  int pick, lowest;
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -111,6 +116,142 @@ __device__ inline void cl_resolve(const cg::cluster_group& cl, const uint32_t* s
   __syncthreads();
   step_take_bin(st, bits, rem, k_max, bin, above, cnt);
 }
+
+// Block-wide exclusive scan of a float in thread order; returns the total too.
+__device__ __forceinline__ float cl_scan_f(float x, float& total, float* wf) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(k_full_mask, incl, o);
+    if (lane >= o) incl += y;
+  }
+  __syncthreads();
+  if (lane == 31) wf[warp] = incl;
+  __syncthreads();
+  float before = 0.f;
+  total = 0.f;
+#pragma unroll
+  for (int w = 0; w < cl_warps; ++w) {
+    if (w < warp) before += wf[w];
+    total += wf[w];
+  }
+  return before + incl - x;
+}
+
+// One radix level of a top-p budget (the chain's rule, select_common.cuh: the first bin in
+// descending key order whose inclusive count reaches k_max, or whose inclusive mass reaches
+// top_p x the row's mass with at least k_min scores; none: the lowest nonzero bin). Counts and
+// masses are pushed to their owners like cl_resolve's counts. `ps` carries the chain's state;
+// `st` gets the result (thr, r_tie, n_sel) once the level resolves the boundary: the last
+// level, or a boundary bin holding one score.
+template <int C>
+__device__ inline void cl_resolve_p(const cg::cluster_group& cl, const uint32_t* s_hist,
+                                    const float* s_mass, cl_smem& cs, int level, int bits, int rem,
+                                    const select_budget& bu, sel_state& ps, step_state& st) {
+  const int tid = threadIdx.x;
+  const int n_bins = 1 << bits, per = n_bins / C;
+  for (int j = tid; j < n_bins; j += cl_threads) {
+    const uint32_t v = s_hist[j];
+    if (v) {
+      atomicAdd(cl.map_shared_rank(&cs.own[level][0], j / per) + j % per, v);
+      atomicAdd(cl.map_shared_rank(&cs.ownm[level][0], j / per) + j % per, s_mass[j]);
+    }
+  }
+  if (tid == 0) {
+    cs.pick = cl_threads;
+    cs.lowest = -1;
+  }
+  cl.sync();                          // every slice is merged
+  const int q = n_bins / cl_threads;  // 4 or 2 bins per thread, descending across threads
+  const int lo_bin = n_bins - q * (tid + 1);
+  const int owner = lo_bin / per, off = lo_bin % per;
+  uint32_t c[4] = {0u, 0u, 0u, 0u};
+  float m[4] = {0.f, 0.f, 0.f, 0.f};
+  if (q == 4) {
+    const uint4 v =
+        *reinterpret_cast<const uint4*>(cl.map_shared_rank(&cs.own[level][0], owner) + off);
+    const float4 w =
+        *reinterpret_cast<const float4*>(cl.map_shared_rank(&cs.ownm[level][0], owner) + off);
+    c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
+    m[0] = w.x, m[1] = w.y, m[2] = w.z, m[3] = w.w;
+  } else {
+    const uint2 v =
+        *reinterpret_cast<const uint2*>(cl.map_shared_rank(&cs.own[level][0], owner) + off);
+    const float2 w =
+        *reinterpret_cast<const float2*>(cl.map_shared_rank(&cs.ownm[level][0], owner) + off);
+    c[0] = v.x, c[1] = v.y;
+    m[0] = w.x, m[1] = w.y;
+  }
+  uint32_t a = c[0] + c[1] + c[2] + c[3], dummy = 0, total, t2;
+  block_scan2(a, dummy, total, t2, cs.scan);  // a: scores above this thread's bins
+  float m_total;
+  const float ma = cl_scan_f(m[0] + m[1] + m[2] + m[3], m_total, cs.wf);
+  if (level == 0) {
+    ps = sel_state{};
+    ps.total = total;
+    ps.k_max = min(static_cast<uint32_t>(max(bu.k_max, 0)), total);
+    ps.k_min = min(static_cast<uint32_t>(max(bu.k_min, 0)), ps.k_max);
+    ps.target = bu.top_p * m_total;
+    if (total == 0 || ps.k_max == 0) {
+      st.done = true;
+      st.thr = 0xffffffffu;
+      st.r_tie = 0;
+      st.n_sel = 0;
+      return;
+    }
+  }
+  int cand = -1, low = -1;  // first bin meeting the budget; lowest nonzero bin (of this thread)
+  {
+    uint32_t ci = ps.c_above + a;
+    float mi = ps.m_above + ma;
+    for (int i = q - 1; i >= 0; --i) {
+      ci += c[i];
+      mi += m[i];
+      if (c[i] == 0) continue;
+      low = i;
+      if (cand < 0 && sel_pred(ps, ci, mi)) cand = i;
+    }
+  }
+  if (cand >= 0) atomicMin(&cs.pick, tid);
+  if (low >= 0) atomicMax(&cs.lowest, tid);
+  __syncthreads();
+  const bool picked = cs.pick < cl_threads;
+  if (tid == (picked ? cs.pick : cs.lowest)) {
+    const int i = picked ? cand : low;
+    uint32_t ab = a;
+    float mb = ma;
+    for (int j = q - 1; j > i; --j) {
+      ab += c[j];
+      mb += m[j];
+    }
+    cs.scan.bin = static_cast<uint32_t>(lo_bin + i);
+    cs.scan.above = ab;
+    cs.scan.cnt = c[i];
+    cs.m_above = mb;
+  }
+  __syncthreads();
+  const uint32_t bin = cs.scan.bin, above = cs.scan.above, cnt = cs.scan.cnt;
+  const float m_above = cs.m_above;
+  __syncthreads();
+  ps.prefix = (ps.prefix << bits) | bin;
+  ps.c_above += above;  // above: inside the previous levels' bin
+  ps.m_above += m_above;
+  ps.bin_cnt = cnt;
+  ps.depth += 1;
+  if (rem == 0) {  // the full key: how many of its ties to take
+    const uint32_t r = sel_ties(ps);
+    st.done = true;
+    st.thr = ps.prefix;
+    st.r_tie = r;
+    st.n_sel = ps.c_above + r;
+  } else if (cnt == 1) {  // one score in the boundary bin: it is taken
+    st.done = true;
+    st.thr = ps.prefix << rem;
+    st.r_tie = 0xffffffffu;
+    st.n_sel = ps.c_above + 1;
+  }
+}
 #endif
 
 template <class KT, int DS, int C>
@@ -122,6 +263,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   extern __shared__ __align__(128) uint8_t smem[];  // cache | page ids | key ring (P0), slabs
   __shared__ __align__(16) float s_q[step_max_q][DS];
   __shared__ uint32_t s_hist[step_bins];
+  __shared__ float s_mass[step_bins];  // top-p: score mass per bin
   __shared__ cl_smem cs;
 
   const cg::cluster_group cl = cg::this_cluster();
@@ -133,8 +275,15 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     if (p.phase_ns != nullptr && blockIdx.x == 0 && tid == 0) p.phase_ns[i] = global_ns();
   };
   mark(0);
-  for (int i = tid; i < step_bins; i += cl_threads) s_hist[i] = 0u;
-  for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.own[0][0])[i] = 0u;
+  const bool topp = bu.top_p < 1.f;
+  for (int i = tid; i < step_bins; i += cl_threads) {
+    s_hist[i] = 0u;
+    s_mass[i] = 0.f;
+  }
+  for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) {
+    (&cs.own[0][0])[i] = 0u;
+    (&cs.ownm[0][0])[i] = 0.f;
+  }
   // other CTAs add into `own` from level 0 on: they wait for this zeroing before
   cluster_arrive_release();
   griddep_wait();  // inputs of an earlier kernel (PDL launch)
@@ -193,13 +342,14 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
           const float score = step_key_score<KT, DS>(slot[j], s_q, p.n_sq);
           cache[i] = score;
           atomicAdd(s_hist + (float_key(score) >> 21), 1u);
+          if (topp) atomicAdd(s_mass + (float_key(score) >> 21), score);
         }
       }
     }
     cp_async_wait<0>();
   } else {
     step_load_scores<cl_threads, 16>(p.scores + static_cast<int64_t>(b) * p.score_stride + begin, n,
-                                     cache, s_hist);
+                                     cache, s_hist, topp ? s_mass : nullptr);
   }
   __syncthreads();
 
@@ -207,7 +357,11 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   step_state st;
   const uint32_t k_max = static_cast<uint32_t>(max(bu.k_max, 0));
   cluster_wait_acquire();  // every CTA's `own` is zeroed
-  cl_resolve<C>(cl, s_hist, cs, 0, 11, 21, true, k_max, st);
+  sel_state ps;            // top-p: the chain's threshold state
+  if (topp)
+    cl_resolve_p<C>(cl, s_hist, s_mass, cs, 0, 11, 21, bu, ps, st);
+  else
+    cl_resolve<C>(cl, s_hist, cs, 0, 11, 21, true, k_max, st);
   mark(1);
 #pragma unroll 1
   for (int level = 1; level <= 2; ++level) {
@@ -219,15 +373,26 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     const int bits = level == 1 ? 11 : 10;   // bits of this level
     const int n_bins = 1 << bits;
     // only this CTA reads its histogram: it pushed the last level's counts before that barrier
-    for (int i = tid; i < n_bins; i += cl_threads) s_hist[i] = 0u;
-    __syncthreads();
-    for (int i = tid; i < n; i += cl_threads) {
-      const uint32_t key = float_key(cache[i]);
-      if ((key >> shift) == st.prefix)
-        atomicAdd(s_hist + ((key >> (shift - bits)) & static_cast<uint32_t>(n_bins - 1)), 1u);
+    for (int i = tid; i < n_bins; i += cl_threads) {
+      s_hist[i] = 0u;
+      s_mass[i] = 0.f;
     }
     __syncthreads();
-    cl_resolve<C>(cl, s_hist, cs, level, bits, shift - bits, false, k_max, st);
+    const uint32_t prefix = topp ? ps.prefix : st.prefix;
+    for (int i = tid; i < n; i += cl_threads) {
+      const float v = cache[i];
+      const uint32_t key = float_key(v);
+      if ((key >> shift) == prefix) {
+        const uint32_t bin = (key >> (shift - bits)) & static_cast<uint32_t>(n_bins - 1);
+        atomicAdd(s_hist + bin, 1u);
+        if (topp) atomicAdd(s_mass + bin, v);
+      }
+    }
+    __syncthreads();
+    if (topp)
+      cl_resolve_p<C>(cl, s_hist, s_mass, cs, level, bits, shift - bits, bu, ps, st);
+    else
+      cl_resolve<C>(cl, s_hist, cs, level, bits, shift - bits, false, k_max, st);
     mark(1 + level);
   }
 

@@ -119,6 +119,7 @@ constexpr int cl_auto_max_score_chunk = 16384;
 // 16-CTA clusters in two waves 44.5 us, 8-CTA clusters 37.1 us for score + select).
 int choose(step_params& p, int& dyn) {
   if (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)) return 0;
+  const bool need_cluster = p.sync == step_sync::cluster || p.budget.top_p < 1.f;
   step_params p16 = p, p8 = p;
   int dyn16 = 0, dyn8 = 0;
   const int a16 = cluster_try<16>(p16, dyn16);
@@ -135,7 +136,7 @@ int choose(step_params& p, int& dyn) {
   p = C == 16 ? p16 : p8;
   dyn = C == 16 ? dyn16 : dyn8;
   const bool auto_ok = !p.score || p.smem_scores <= cl_auto_max_score_chunk;
-  return p.sync == step_sync::cluster || auto_ok ? C : 0;
+  return need_cluster || auto_ok ? C : 0;
 }
 
 template <class T, int D>
@@ -194,7 +195,7 @@ cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc) {
     return C == 16 ? cudaLaunchKernelEx(&cfg, cluster_kernel<16>::kern, q)
                    : cudaLaunchKernelEx(&cfg, cluster_kernel<8>::kern, q);
   }
-  if (p.sync == step_sync::cluster) return cudaErrorNotSupported;
+  if (p.sync == step_sync::cluster || p.budget.top_p < 1.f) return cudaErrorNotSupported;
   if (p.attend.kv.type == dtype::bf16) return by_dim<__nv_bfloat16>(p, lc);
   if (p.attend.kv.type == dtype::f16) return by_dim<__half>(p, lc);
   return cudaErrorInvalidValue;

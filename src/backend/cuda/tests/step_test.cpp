@@ -294,6 +294,102 @@ TEST(CudaSparseStep, SelectionOnlyRealAttentionRows) {
     check_selection_only(seq_lens, rows, ws, sync, r);
 }
 
+// Top-p selection alone (the cluster path) against a sort-based reference: the smallest set in
+// (score desc, position asc) order whose mass reaches top_p of the row's, within [k_min, k_max].
+// Float mass sums may move the boundary among near-equal masses (as for select()).
+void check_topp(const std::vector<int32_t>& seq_lens, const std::vector<std::vector<float>>& rows,
+                int r, const select_budget& bu) {
+  const int B = static_cast<int>(rows.size());
+  const int max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  const int64_t stride = score_row_stride(max_len);
+  std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
+  for (int b = 0; b < B; ++b)
+    std::copy(rows[b].begin(), rows[b].end(), sc.begin() + static_cast<size_t>(b) * stride);
+  dbuf<float> d_sc(sc);
+  dbuf<int32_t> d_lens(seq_lens), idx(static_cast<size_t>(B) * bu.k_max), cnt(B);
+  dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
+  ws.zero();
+  step_params st;
+  st.score = false;
+  st.attend_on = false;
+  st.scores = d_sc.p;
+  st.score_stride = stride;
+  st.seq_len = d_lens.p;
+  st.batch = B;
+  st.rows_per_seq = r;
+  st.max_len = max_len;
+  st.budget = bu;
+  st.out_idx = idx.p;
+  st.out_stride = bu.k_max;
+  st.out_count = cnt.p;
+  st.ws = ws.p;
+  ASSERT_EQ(sparse_step_mode(st), step_sync::cluster);
+  for (int rep = 0; rep < 2; ++rep) {
+    idx.poison();
+    STATUS_OK(sparse_step(st, launch_cfg{}));
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<int32_t> o = idx.get(), c = cnt.get();
+    for (int b = 0; b < B; ++b) {
+      const int len = seq_lens[b / r];
+      const int lo = std::min(bu.lo, len), hi = std::max(len - bu.tail, lo);
+      const float* s = sc.data() + static_cast<size_t>(b) * stride;
+      std::vector<int> order;
+      for (int t = lo; t < hi; ++t) order.push_back(t);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int x, int y) { return float_key_host(s[x]) > float_key_host(s[y]); });
+      double total = 0, cum = 0;
+      for (int t : order) total += s[t];
+      const int n = static_cast<int>(order.size());
+      int rp = n;
+      for (int i = 0; i < n; ++i)
+        if ((cum += s[order[i]]) >= bu.top_p * total) {
+          rp = i + 1;
+          break;
+        }
+      const int k_max = std::min(bu.k_max, n);
+      const int want_n = std::min(k_max, std::max(std::min(bu.k_min, k_max), rp));
+      ASSERT_LE(std::abs(c[b] - want_n), 2 + want_n / 1000)
+          << "row " << b << " of " << B << " p " << bu.top_p << " want " << want_n;
+      ASSERT_LE(c[b], k_max);
+      std::vector<int> want(order.begin(), order.begin() + std::max(c[b], 0));
+      std::sort(want.begin(), want.end());
+      std::vector<int> got(o.begin() + static_cast<size_t>(b) * bu.k_max,
+                           o.begin() + static_cast<size_t>(b) * bu.k_max + c[b]);
+      ASSERT_EQ(got, want) << "row " << b << " p " << bu.top_p << " rep " << rep;
+    }
+  }
+}
+
+TEST(CudaSparseStep, SelectionOnlyTopP) {
+  SIEVE_REQUIRE_GPU();
+  const std::vector<real_row> real = load_real_rows(k_real_rows_fixture);
+  ASSERT_FALSE(real.empty()) << "missing or malformed fixture " << k_real_rows_fixture;
+  std::mt19937 rng(78);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::vector<int32_t> seq_lens = {131072, 20000, 700};
+  const int r = 2;
+  std::vector<std::vector<float>> real_rows(seq_lens.size() * r), vote_rows(seq_lens.size() * r);
+  for (size_t b = 0; b < real_rows.size(); ++b) {
+    real_rows[b] = tile_real_row(real, b, seq_lens[b / r], 53 * b);
+    for (int t = 0; t < seq_lens[b / r]; ++t)  // exp of Gaussian logits: a soft-vote-like row
+      vote_rows[b].push_back(std::exp(2.5f * nd(rng)));
+  }
+  auto budget = [](float p, int k_min, int k_max, int lo, int tail) {
+    select_budget bu;
+    bu.top_p = p;
+    bu.k_min = k_min;
+    bu.k_max = k_max;
+    bu.lo = lo;
+    bu.tail = tail;
+    return bu;
+  };
+  for (const auto* rows : {&real_rows, &vote_rows}) {
+    check_topp(seq_lens, *rows, r, budget(0.9f, 16, 131072, 0, 0));
+    check_topp(seq_lens, *rows, r, budget(0.5f, 128, 4096, 128, 513));
+    check_topp(seq_lens, *rows, r, budget(0.99f, 0, 65536, 4, 64));
+  }
+}
+
 // Several rows per sequence (one per KV head, as TokenSelect selects): row b has the length
 // of sequence b / r; both ways of meeting; and the argument checks that go with it.
 TEST(CudaSparseStep, SelectionOnlyRowsPerSequence) {
@@ -390,9 +486,15 @@ TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {
   st.budget.k_max = 4;
   st.out_stride = 4;
   st.budget.top_p = 0.9f;
+  st.sync = step_sync::grid;  // top-p runs in the cluster path only
   auto s = sparse_step(st, launch_cfg{});
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("top-k only"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("cluster path only"), std::string::npos) << s.message();
+  st.sync = step_sync::automatic;
+  st.budget.top_p = 0.f;
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("must be > 0"), std::string::npos) << s.message();
   st.budget.top_p = 2.f;
   s = sparse_step(st, launch_cfg{});  // max_len left 0
   ASSERT_FALSE(s.ok());

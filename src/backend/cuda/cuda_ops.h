@@ -63,7 +63,7 @@ Status kv_append(kv_append_params p, const launch_cfg& lc);
 Status sketch_query(sketch_query_params p, const launch_cfg& lc);
 Status prefill_attention(prefill_params p, const launch_cfg& lc);
 
-// The fused sparse decode step: score + top-k in one launch (one thread-block cluster per
+// The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one thread-block cluster per
 // sequence, kernels/step_cluster.cuh, or one cooperative grid, kernels/sparse_step.cuh; p.sync),
 // the attention chained behind it. ws: step_ws_bytes(batch), zeroed once before first use
 // (only the grid uses it); it serves any batch up to the one it was sized for.

@@ -21,7 +21,9 @@
 //       CTAs of the cluster; cluster barrier (the last DSMEM access)
 //   P4  offsets from the earlier CTAs' totals, ordered positions written out
 // It selects exactly what sparse_step_kernel and the separate kernels select (same scores in
-// the same order, same tie rule; tests/step_test.cpp).
+// the same order, same tie rule; tests/step_test.cpp). With a top-p budget each level also
+// carries the score mass per bin (cl_resolve_p: select()'s rule, select_common.cuh), which the
+// grid kernel does not do.
 #pragma once
 
 #include <cooperative_groups.h>

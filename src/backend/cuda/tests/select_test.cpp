@@ -152,23 +152,6 @@ void run_select(const select_case& c, uint32_t seed) {
   }
 }
 
-select_budget topk(int k, int lo = 0, int tail = 0) {
-  select_budget b;
-  b.k_max = k;
-  b.lo = lo;
-  b.tail = tail;
-  return b;
-}
-select_budget topp(float p, int k_max, int k_min, int lo = 0, int tail = 0) {
-  select_budget b;
-  b.k_max = k_max;
-  b.k_min = k_min;
-  b.top_p = p;
-  b.lo = lo;
-  b.tail = tail;
-  return b;
-}
-
 TEST(CudaSelect, TopkUniformManyRowsAwkwardLengths) {
   SIEVE_REQUIRE_GPU();
   run_select({dist::uniform, {1, 97, 4096, 4097, 70001, 300001}, 1, topk(2048, 3, 5)}, 11);

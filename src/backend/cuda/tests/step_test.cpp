@@ -192,6 +192,47 @@ TEST(CudaSparseStep, GemmaShapeShortSequence) {
   run_fused_vs_chain({{6000, 150}, 4, 1, 256, dtype::bf16, 4, 1024, 128, 64}, 73);
 }
 
+// Score rows on the device for the selection-only tests: rows[b] padded to the row stride.
+struct score_rows {
+  int max_len;
+  int64_t stride;
+  std::vector<float> host;  // [rows, stride]
+  dbuf<float> dev;
+  dbuf<int32_t> lens;  // per sequence
+  score_rows(const std::vector<int32_t>& seq_lens, const std::vector<std::vector<float>>& rows)
+      : max_len(*std::max_element(seq_lens.begin(), seq_lens.end())),
+        stride(score_row_stride(max_len)),
+        host(pad(rows, stride)),
+        dev(host),
+        lens(seq_lens) {}
+  static std::vector<float> pad(const std::vector<std::vector<float>>& rows, int64_t stride) {
+    std::vector<float> h(rows.size() * static_cast<size_t>(stride), 0.f);
+    for (size_t b = 0; b < rows.size(); ++b)
+      std::copy(rows[b].begin(), rows[b].end(), h.begin() + b * static_cast<size_t>(stride));
+    return h;
+  }
+};
+
+// The step's selection-only parameters over those rows (r per sequence).
+step_params selection_only(const score_rows& sr, int n_rows, int r, const select_budget& bu,
+                           int32_t* idx, int out_stride, int32_t* cnt, uint32_t* ws) {
+  step_params st;
+  st.score = false;
+  st.attend_on = false;
+  st.scores = sr.dev.p;
+  st.score_stride = sr.stride;
+  st.seq_len = sr.lens.p;
+  st.batch = n_rows;
+  st.rows_per_seq = r;
+  st.max_len = sr.max_len;
+  st.budget = bu;
+  st.out_idx = idx;
+  st.out_stride = out_stride;
+  st.out_count = cnt;
+  st.ws = ws;
+  return st;
+}
+
 // Selection only over given score rows, r per sequence (row b holds lens[b / r] scores),
 // checked against a sort-based top-k; every k runs twice on the given workspace (launches
 // that skip level barriers, as a single sequence does once resolved, must leave it ready too).
@@ -201,14 +242,9 @@ void check_selection_only(const std::vector<int32_t>& seq_lens,
   const int B = static_cast<int>(rows.size());
   std::vector<int32_t> lens(B);
   for (int b = 0; b < B; ++b) lens[b] = seq_lens[b / r];
-  const int max_len = *std::max_element(lens.begin(), lens.end());
-  const int64_t stride = score_row_stride(max_len);
-  std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
-  for (int b = 0; b < B; ++b)
-    std::copy(rows[b].begin(), rows[b].begin() + lens[b],
-              sc.begin() + static_cast<size_t>(b) * stride);
-  dbuf<float> d_sc(sc);
-  dbuf<int32_t> d_lens(seq_lens);
+  const score_rows sr(seq_lens, rows);
+  const std::vector<float>& sc = sr.host;
+  const int64_t stride = sr.stride;
   for (int k : {2048, 1, 0, 6000}) {
     select_budget bu;
     bu.k_max = k;
@@ -216,21 +252,8 @@ void check_selection_only(const std::vector<int32_t>& seq_lens,
     bu.tail = 33;
     const int out_stride = std::max(k, 1);
     dbuf<int32_t> idx(static_cast<size_t>(B) * out_stride), cnt(B);
-    step_params st;
-    st.score = false;
-    st.attend_on = false;
-    st.scores = d_sc.p;
-    st.score_stride = stride;
-    st.seq_len = d_lens.p;
-    st.batch = B;
-    st.max_len = max_len;
-    st.budget = bu;
-    st.out_idx = idx.p;
-    st.out_stride = out_stride;
-    st.out_count = cnt.p;
-    st.ws = ws.p;
+    step_params st = selection_only(sr, B, r, bu, idx.p, out_stride, cnt.p, ws.p);
     st.sync = sync;
-    st.rows_per_seq = r;
     for (int rep = 0; rep < 2; ++rep) {
       idx.poison();
       STATUS_OK(sparse_step(st, launch_cfg{}));
@@ -300,29 +323,13 @@ TEST(CudaSparseStep, SelectionOnlyRealAttentionRows) {
 void check_topp(const std::vector<int32_t>& seq_lens, const std::vector<std::vector<float>>& rows,
                 int r, const select_budget& bu) {
   const int B = static_cast<int>(rows.size());
-  const int max_len = *std::max_element(seq_lens.begin(), seq_lens.end());
-  const int64_t stride = score_row_stride(max_len);
-  std::vector<float> sc(static_cast<size_t>(B) * stride, 0.f);
-  for (int b = 0; b < B; ++b)
-    std::copy(rows[b].begin(), rows[b].end(), sc.begin() + static_cast<size_t>(b) * stride);
-  dbuf<float> d_sc(sc);
-  dbuf<int32_t> d_lens(seq_lens), idx(static_cast<size_t>(B) * bu.k_max), cnt(B);
+  const score_rows sr(seq_lens, rows);
+  const std::vector<float>& sc = sr.host;
+  const int64_t stride = sr.stride;
+  dbuf<int32_t> idx(static_cast<size_t>(B) * bu.k_max), cnt(B);
   dbuf<uint32_t> ws(step_ws_bytes(B) / 4);
   ws.zero();
-  step_params st;
-  st.score = false;
-  st.attend_on = false;
-  st.scores = d_sc.p;
-  st.score_stride = stride;
-  st.seq_len = d_lens.p;
-  st.batch = B;
-  st.rows_per_seq = r;
-  st.max_len = max_len;
-  st.budget = bu;
-  st.out_idx = idx.p;
-  st.out_stride = bu.k_max;
-  st.out_count = cnt.p;
-  st.ws = ws.p;
+  const step_params st = selection_only(sr, B, r, bu, idx.p, bu.k_max, cnt.p, ws.p);
   ASSERT_EQ(sparse_step_mode(st), step_sync::cluster);
   for (int rep = 0; rep < 2; ++rep) {
     idx.poison();
@@ -374,19 +381,10 @@ TEST(CudaSparseStep, SelectionOnlyTopP) {
     for (int t = 0; t < seq_lens[b / r]; ++t)  // exp of Gaussian logits: a soft-vote-like row
       vote_rows[b].push_back(std::exp(2.5f * nd(rng)));
   }
-  auto budget = [](float p, int k_min, int k_max, int lo, int tail) {
-    select_budget bu;
-    bu.top_p = p;
-    bu.k_min = k_min;
-    bu.k_max = k_max;
-    bu.lo = lo;
-    bu.tail = tail;
-    return bu;
-  };
   for (const auto* rows : {&real_rows, &vote_rows}) {
-    check_topp(seq_lens, *rows, r, budget(0.9f, 16, 131072, 0, 0));
-    check_topp(seq_lens, *rows, r, budget(0.5f, 128, 4096, 128, 513));
-    check_topp(seq_lens, *rows, r, budget(0.99f, 0, 65536, 4, 64));
+    check_topp(seq_lens, *rows, r, topp(0.9f, 131072, 16));
+    check_topp(seq_lens, *rows, r, topp(0.5f, 4096, 128, 128, 513));
+    check_topp(seq_lens, *rows, r, topp(0.99f, 65536, 0, 4, 64));
   }
 }
 

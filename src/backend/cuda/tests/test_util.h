@@ -203,6 +203,24 @@ inline uint32_t float_key_host(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Selection budgets: top-k, and top-p with its floor and cap, over positions [lo, len - tail).
+inline select_budget topk(int k, int lo = 0, int tail = 0) {
+  select_budget b;
+  b.k_max = k;
+  b.lo = lo;
+  b.tail = tail;
+  return b;
+}
+inline select_budget topp(float p, int k_max, int k_min, int lo = 0, int tail = 0) {
+  select_budget b;
+  b.k_max = k_max;
+  b.k_min = k_min;
+  b.top_p = p;
+  b.lo = lo;
+  b.tail = tail;
+  return b;
+}
+
 // Top-k reference over s[lo, hi) (score descending, ties to the lower position), ascending.
 inline std::vector<int> ref_topk(const float* s, int lo, int hi, int k) {
   std::vector<int> o;

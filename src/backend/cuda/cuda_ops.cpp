@@ -309,6 +309,19 @@ step_sync sparse_step_mode(step_params p) {
 Status sparse_step(step_params p, const launch_cfg& lc) {
   const char* who = "sparse_step";
   if (p.batch <= 0) return make_error("{}: batch = {}, expected > 0", who, p.batch);
+  if (!(p.budget.top_p > 0.f))
+    return make_error("{}: top_p = {} must be > 0 (>= 1: top-k only)", who, p.budget.top_p);
+  if (p.budget.top_p < 1.f && p.score)
+    return make_error(
+        "{}: top_p = {} with score = true: the step's raw sketch logits are no distribution to "
+        "take a mass share of; score with sketch_score (vote mode) and select alone (score = "
+        "false) over its probabilities",
+        who, p.budget.top_p);
+  if (p.budget.top_p < 1.f && (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)))
+    return make_error(
+        "{}: top_p = {} runs in the cluster path only: use sync = automatic or cluster with the "
+        "attention chained or off (or select())",
+        who, p.budget.top_p);
   if (p.score) {
     SIEVE_TRY(check_pages(p.sk.pages, who));
     if (p.sk.pages.batch != p.batch)
@@ -332,13 +345,6 @@ Status sparse_step(step_params p, const launch_cfg& lc) {
   if (p.scores == nullptr || p.seq_len == nullptr || p.out_idx == nullptr ||
       p.out_count == nullptr || p.ws == nullptr)
     return make_error("{}: scores / seq_len / out_idx / out_count / ws must be set", who);
-  if (!(p.budget.top_p > 0.f))
-    return make_error("{}: top_p = {} must be > 0 (>= 1: top-k only)", who, p.budget.top_p);
-  if (p.budget.top_p < 1.f && (p.sync == step_sync::grid || (p.attend_on && !p.attend_chained)))
-    return make_error(
-        "{}: top_p = {} runs in the cluster path only: use sync = automatic or cluster with the "
-        "attention chained or off (or select())",
-        who, p.budget.top_p);
   if (p.budget.k_max < 0) return make_error("{}: negative k_max", who);
   if (p.rows_per_seq < 1 || (p.rows_per_seq > 1 && (p.score || p.attend_on)))
     return make_error(

@@ -210,7 +210,7 @@ struct step_params {
   // KV head, rows b*r .. b*r + r-1): row b has seq_len[b / rows_per_seq] scores.
   int32_t rows_per_seq = 1;
   int32_t max_len = 0;         // >= every seq_len (sizes the per-CTA buffers)
-  select_budget budget;        // top-k; top-p (top_p < 1) in the cluster path only
+  select_budget budget;        // top-k; top-p (top_p < 1): selection alone, cluster path only
   int32_t* out_idx = nullptr;  // [batch, out_stride] ascending positions
   int32_t out_stride = 0;
   int32_t* out_count = nullptr;  // [batch]

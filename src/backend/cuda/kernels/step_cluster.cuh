@@ -278,13 +278,11 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   };
   mark(0);
   const bool topp = bu.top_p < 1.f;
-  for (int i = tid; i < step_bins; i += cl_threads) {
-    s_hist[i] = 0u;
-    s_mass[i] = 0.f;
-  }
-  for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) {
-    (&cs.own[0][0])[i] = 0u;
-    (&cs.ownm[0][0])[i] = 0.f;
+  for (int i = tid; i < step_bins; i += cl_threads) s_hist[i] = 0u;
+  for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.own[0][0])[i] = 0u;
+  if (topp) {  // the mass histograms only serve a top-p budget
+    for (int i = tid; i < step_bins; i += cl_threads) s_mass[i] = 0.f;
+    for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.ownm[0][0])[i] = 0.f;
   }
   // other CTAs add into `own` from level 0 on: they wait for this zeroing before
   cluster_arrive_release();
@@ -343,8 +341,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
         if (i < n) {
           const float score = step_key_score<KT, DS>(slot[j], s_q, p.n_sq);
           cache[i] = score;
-          atomicAdd(s_hist + (float_key(score) >> 21), 1u);
-          if (topp) atomicAdd(s_mass + (float_key(score) >> 21), score);
+          atomicAdd(s_hist + (float_key(score) >> 21), 1u);  // top-p is selection alone only
         }
       }
     }
@@ -375,10 +372,9 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     const int bits = level == 1 ? 11 : 10;   // bits of this level
     const int n_bins = 1 << bits;
     // only this CTA reads its histogram: it pushed the last level's counts before that barrier
-    for (int i = tid; i < n_bins; i += cl_threads) {
-      s_hist[i] = 0u;
-      s_mass[i] = 0.f;
-    }
+    for (int i = tid; i < n_bins; i += cl_threads) s_hist[i] = 0u;
+    if (topp)
+      for (int i = tid; i < n_bins; i += cl_threads) s_mass[i] = 0.f;
     __syncthreads();
     const uint32_t prefix = topp ? ps.prefix : st.prefix;
     for (int i = tid; i < n; i += cl_threads) {

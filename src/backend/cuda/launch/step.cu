@@ -13,7 +13,7 @@
 namespace sieve::cuda {
 namespace {
 
-// Per cluster-kernel instance: the shared memory a CTA may take, set once.
+// Per cluster-kernel instance (C CTAs per cluster): the shared memory a CTA may take, set once.
 template <int C>
 struct cluster_kernel {
   static constexpr auto kern = step_cluster_kernel<__nv_fp8_e4m3, 16, C>;

@@ -489,6 +489,11 @@ TEST(CudaSparseStep, RejectsWhatItDoesNotDo) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cluster path only"), std::string::npos) << s.message();
   st.sync = step_sync::automatic;
+  st.score = true;  // top-p over raw sketch logits: refused
+  s = sparse_step(st, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no distribution"), std::string::npos) << s.message();
+  st.score = false;
   st.budget.top_p = 0.f;
   s = sparse_step(st, launch_cfg{});
   ASSERT_FALSE(s.ok());

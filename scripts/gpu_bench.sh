@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the CUDA tests and benchmarks plus the PyTorch SDPA baseline in one call on a GPU
 # machine, then joins them (bench/cuda/report.py). Binaries are built elsewhere and
-# carried in BIN (default .carry/: test_cuda, bench_cuda).
+# carried in BIN (default .carry/: test_cuda, bench_cuda; scripts/carry_cuda.sh fills it).
 #
 #   scripts/gpu_bench.sh [BIN_DIR] [OUT_DIR] [bench args...]
 # Env: SKIP_TESTS=1, SKIP_BENCH=1, SKIP_SDPA=1, BENCH_ARGS="--quick", SDPA_ARGS="--quick"
@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 
 {
   date -u +"date %Y-%m-%dT%H:%M:%SZ"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # the binaries' commit (scripts/carry_cuda.sh writes it); the tree's own HEAD otherwise
+  echo "commit $(cat "$BIN/commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 } > "$OUT_DIR/env.txt" 2>&1
 cat "$OUT_DIR/env.txt"

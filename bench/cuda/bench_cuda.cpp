@@ -142,7 +142,7 @@ void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const spa
   }
 }
 
-// The fused step (one cooperative launch) on the shared fp8 sketch with one query sketch:
+// The fused step (one launch: cluster or grid) on the shared fp8 sketch with one query sketch:
 // the same work as step_sketch_fp8_shared_raw1. Also times its selection-only mode on the
 // scores that step wrote (".select": selection alone, one row per sequence).
 void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {

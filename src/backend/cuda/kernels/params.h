@@ -177,13 +177,15 @@ struct soft_vote_params {
   hist_sink hist;
 };
 
-// One fused sparse decode step in a single persistent (cooperative) launch: sketch scores
-// with one shared sketch head per sequence (raw mode: sum of the n_sq query logits), the
-// top-k selection (11/11/10-bit radix levels, ties to the lowest positions), the ordered
-// index list, and decode attention over sinks + selection + window. CTAs meet at grid
-// barriers between phases instead of kernel boundaries. `attend.set` must name this step's
-// outputs (sel_idx = out_idx, sel_count = out_count, sel_heads = 1, n_sink = budget.lo,
-// n_window = budget.tail - 1); the host API checks that.
+// One fused sparse decode step in a single launch: sketch scores with one shared sketch head
+// per sequence (raw mode: sum of the n_sq query logits), the selection (11/11/10-bit radix
+// levels, ties to the lowest positions; top-k, or top-p for selection alone), the ordered
+// index list, then decode attention over sinks + selection + window (chained behind it, or
+// inside a grid launch). CTAs meet at cluster or grid barriers between phases instead of
+// kernel boundaries. `attend.set` must name this step's outputs (sel_idx = out_idx,
+// sel_count = out_count, sel_heads = 1, n_sink = budget.lo, n_window = budget.tail - 1); the
+// host API checks that.
+//
 // How the fused step's CTAs meet: one thread-block cluster per sequence (distributed shared
 // memory, cluster barriers; rows must fit the cluster's shared memory, sm_90) or a
 // cooperative launch over the whole device (global histograms, grid barriers; any length).

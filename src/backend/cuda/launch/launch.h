@@ -24,7 +24,8 @@ cudaError_t launch_select(const select_params& p, bool hist_done, int grid_x, co
 cudaError_t launch_kv_append(const kv_append_params& p, const launch_cfg& lc);
 cudaError_t launch_sketch_query(const sketch_query_params& p, const launch_cfg& lc);
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
-// The fused sparse decode step (cooperative launch; lc.pdl is not used).
+// The fused sparse decode step: a cluster launch (with lc.pdl) or a cooperative grid launch
+// (lc.pdl not used), as launch_step_choice() says.
 cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc);
 // How launch_sparse_step would run p: step_sync::cluster or step_sync::grid.
 step_sync launch_step_choice(const step_params& p);

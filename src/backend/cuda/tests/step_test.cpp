@@ -437,21 +437,9 @@ TEST(CudaSparseStep, LongRowsLeaveTheCluster) {
   dbuf<uint32_t> ws(step_ws_bytes(1) / 4);
   ws.zero();
   check_selection_only(lens, rows, ws, step_sync::automatic);
-  dbuf<float> sc(static_cast<size_t>(score_row_stride(lens[0])));
-  dbuf<int32_t> idx(2048), cnt(1), d_lens(lens);
-  step_params st;
-  st.score = false;
-  st.attend_on = false;
-  st.scores = sc.p;
-  st.score_stride = score_row_stride(lens[0]);
-  st.seq_len = d_lens.p;
-  st.batch = 1;
-  st.max_len = lens[0];
-  st.budget.k_max = 2048;
-  st.out_idx = idx.p;
-  st.out_stride = 2048;
-  st.out_count = cnt.p;
-  st.ws = ws.p;
+  const score_rows sr(lens, rows);
+  dbuf<int32_t> idx(2048), cnt(1);
+  step_params st = selection_only(sr, 1, 1, topk(2048), idx.p, 2048, cnt.p, ws.p);
   EXPECT_EQ(sparse_step_mode(st), step_sync::grid);
   st.max_len = 40000;  // 2.5K scores per CTA of a 16-CTA cluster
   EXPECT_EQ(sparse_step_mode(st), step_sync::cluster);

@@ -54,11 +54,13 @@ __host__ __device__ inline int cl_page_words(int cache_floats, int page_shift) {
   return (((cache_floats >> page_shift) + 2) + 3) & ~3;
 }
 
+// TP: the top-p instance, which also carries each bin's score mass.
+template <bool TP>
 struct cl_smem {
   // level L's merged bins owned by this CTA: slice r of the cluster histogram, bins
   // [r*per, (r+1)*per), per = bins / C <= 256 (C >= 8); every CTA adds its counts in
   __align__(16) uint32_t own[3][step_bins / 8];
-  __align__(16) float ownm[3][step_bins / 8];  // top-p: their score mass
+  __align__(16) float ownm[3][TP ? step_bins / 8 : 4];  // top-p: their score mass
   uint32_t pre[2][32];  // (gt, eq) counts of each earlier CTA of the cluster, pushed by it
   scan_smem<cl_warps> scan;
   float wf[cl_warps];  // top-p: float scan
@@ -69,34 +71,67 @@ struct cl_smem {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 namespace cg = cooperative_groups;
 
+// Adds this CTA's nonzero bins of one level (and, for top-p, their mass) into the owners'
+// slices of the cluster histogram: fire-and-forget DSMEM atomics, made visible by the next
+// cluster barrier.
+template <int C, bool TP>
+__device__ inline void cl_push(const cg::cluster_group& cl, const uint32_t* s_hist,
+                               const float* s_mass, cl_smem<TP>& cs, int level, int n_bins) {
+  const int per = n_bins / C;
+  for (int j = threadIdx.x; j < n_bins; j += cl_threads) {
+    const uint32_t v = s_hist[j];
+    if (!v) continue;
+    atomicAdd(cl.map_shared_rank(&cs.own[level][0], j / per) + j % per, v);
+    if constexpr (TP)
+      atomicAdd(cl.map_shared_rank(&cs.ownm[level][0], j / per) + j % per, s_mass[j]);
+  }
+}
+
+// After the barrier: this thread's q = n_bins / cl_threads (4 or 2) merged bins, descending
+// in key order across threads (thread t holds bins n_bins - q(t+1) .. n_bins - qt - 1), in one
+// 16- or 8-byte DSMEM load from their owner (and the same for their mass with top-p).
+// Returns the lowest of the bins.
+template <int C, bool TP>
+__device__ inline int cl_read(const cg::cluster_group& cl, cl_smem<TP>& cs, int level, int n_bins,
+                              uint32_t (&c)[4], float (&m)[4]) {
+  const int q = n_bins / cl_threads, per = n_bins / C;
+  const int lo_bin = n_bins - q * (threadIdx.x + 1);
+  const int owner = lo_bin / per, off = lo_bin % per;
+  const uint32_t* src = cl.map_shared_rank(&cs.own[level][0], owner) + off;
+  const float* srcm = TP ? cl.map_shared_rank(&cs.ownm[level][0], owner) + off : nullptr;
+  if (q == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
+    if constexpr (TP) {
+      const float4 w = *reinterpret_cast<const float4*>(srcm);
+      m[0] = w.x, m[1] = w.y, m[2] = w.z, m[3] = w.w;
+    }
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(src);
+    c[0] = v.x, c[1] = v.y;
+    if constexpr (TP) {
+      const float2 w = *reinterpret_cast<const float2*>(srcm);
+      m[0] = w.x, m[1] = w.y;
+    }
+  }
+  return lo_bin;
+}
+
 // One radix level over the cluster; the local histogram s_hist (n_bins = 1 << bits) is
 // complete. Each CTA adds its nonzero bins into their owners' slices (fire-and-forget DSMEM
 // atomics), one cluster barrier, then every CTA reads the whole merged histogram (one 8- or
 // 16-byte DSMEM load per thread) and finds the boundary bin itself: the same state in every
 // thread of every CTA of the cluster.
 template <int C>
-__device__ inline void cl_resolve(const cg::cluster_group& cl, const uint32_t* s_hist, cl_smem& cs,
-                                  int level, int bits, int rem, bool first, uint32_t k_max,
-                                  step_state& st) {
-  const int tid = threadIdx.x;
-  const int n_bins = 1 << bits, per = n_bins / C;
-  for (int j = tid; j < n_bins; j += cl_threads) {
-    const uint32_t v = s_hist[j];
-    if (v) atomicAdd(cl.map_shared_rank(&cs.own[level][0], j / per) + j % per, v);
-  }
+__device__ inline void cl_resolve(const cg::cluster_group& cl, const uint32_t* s_hist,
+                                  cl_smem<false>& cs, int level, int bits, int rem, bool first,
+                                  uint32_t k_max, step_state& st) {
+  const int n_bins = 1 << bits, q = n_bins / cl_threads;
+  cl_push<C, false>(cl, s_hist, nullptr, cs, level, n_bins);
   cl.sync();  // every slice is merged
-  // thread t holds q bins in descending key order: bins n_bins - q(t+1) .. n_bins - qt - 1
-  const int q = n_bins / cl_threads;  // 4 or 2
-  const int lo_bin = n_bins - q * (tid + 1);
-  const uint32_t* src = cl.map_shared_rank(&cs.own[level][0], lo_bin / per) + lo_bin % per;
   uint32_t c[4] = {0u, 0u, 0u, 0u};
-  if (q == 4) {
-    const uint4 v = *reinterpret_cast<const uint4*>(src);
-    c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
-  } else {
-    const uint2 v = *reinterpret_cast<const uint2*>(src);
-    c[0] = v.x, c[1] = v.y;
-  }
+  float m_unused[4];
+  const int lo_bin = cl_read<C, false>(cl, cs, level, n_bins, c, m_unused);
   uint32_t a = c[0] + c[1] + c[2] + c[3], dummy = 0, total, t2;
   const uint32_t mine = a;
   block_scan2(a, dummy, total, t2, cs.scan);  // a = count above this thread's bins
@@ -149,42 +184,20 @@ __device__ __forceinline__ float cl_scan_f(float x, float& total, float* wf) {
 // level, or a boundary bin holding one score.
 template <int C>
 __device__ inline void cl_resolve_p(const cg::cluster_group& cl, const uint32_t* s_hist,
-                                    const float* s_mass, cl_smem& cs, int level, int bits, int rem,
-                                    const select_budget& bu, sel_state& ps, step_state& st) {
+                                    const float* s_mass, cl_smem<true>& cs, int level, int bits,
+                                    int rem, const select_budget& bu, sel_state& ps,
+                                    step_state& st) {
   const int tid = threadIdx.x;
-  const int n_bins = 1 << bits, per = n_bins / C;
-  for (int j = tid; j < n_bins; j += cl_threads) {
-    const uint32_t v = s_hist[j];
-    if (v) {
-      atomicAdd(cl.map_shared_rank(&cs.own[level][0], j / per) + j % per, v);
-      atomicAdd(cl.map_shared_rank(&cs.ownm[level][0], j / per) + j % per, s_mass[j]);
-    }
-  }
+  const int n_bins = 1 << bits, q = n_bins / cl_threads;
+  cl_push<C, true>(cl, s_hist, s_mass, cs, level, n_bins);
   if (tid == 0) {
     cs.pick = cl_threads;
     cs.lowest = -1;
   }
-  cl.sync();                          // every slice is merged
-  const int q = n_bins / cl_threads;  // 4 or 2 bins per thread, descending across threads
-  const int lo_bin = n_bins - q * (tid + 1);
-  const int owner = lo_bin / per, off = lo_bin % per;
+  cl.sync();  // every slice is merged
   uint32_t c[4] = {0u, 0u, 0u, 0u};
   float m[4] = {0.f, 0.f, 0.f, 0.f};
-  if (q == 4) {
-    const uint4 v =
-        *reinterpret_cast<const uint4*>(cl.map_shared_rank(&cs.own[level][0], owner) + off);
-    const float4 w =
-        *reinterpret_cast<const float4*>(cl.map_shared_rank(&cs.ownm[level][0], owner) + off);
-    c[0] = v.x, c[1] = v.y, c[2] = v.z, c[3] = v.w;
-    m[0] = w.x, m[1] = w.y, m[2] = w.z, m[3] = w.w;
-  } else {
-    const uint2 v =
-        *reinterpret_cast<const uint2*>(cl.map_shared_rank(&cs.own[level][0], owner) + off);
-    const float2 w =
-        *reinterpret_cast<const float2*>(cl.map_shared_rank(&cs.ownm[level][0], owner) + off);
-    c[0] = v.x, c[1] = v.y;
-    m[0] = w.x, m[1] = w.y;
-  }
+  const int lo_bin = cl_read<C, true>(cl, cs, level, n_bins, c, m);
   uint32_t a = c[0] + c[1] + c[2] + c[3], dummy = 0, total, t2;
   block_scan2(a, dummy, total, t2, cs.scan);  // a: scores above this thread's bins
   float m_total;
@@ -256,7 +269,9 @@ __device__ inline void cl_resolve_p(const cg::cluster_group& cl, const uint32_t*
 }
 #endif
 
-template <class KT, int DS, int C>
+// TOPP: the top-p instance (budget.top_p < 1; the launcher picks it), kept apart so the top-k
+// path carries none of the mass histograms.
+template <class KT, int DS, int C, bool TOPP>
 __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(DS * sizeof(KT) == 16, "one 16-byte load per sketch key row");
@@ -265,8 +280,8 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   extern __shared__ __align__(128) uint8_t smem[];  // cache | page ids | key ring (P0), slabs
   __shared__ __align__(16) float s_q[step_max_q][DS];
   __shared__ uint32_t s_hist[step_bins];
-  __shared__ float s_mass[step_bins];  // top-p: score mass per bin
-  __shared__ cl_smem cs;
+  __shared__ float s_mass[TOPP ? step_bins : 1];  // top-p: score mass per bin
+  __shared__ cl_smem<TOPP> cs;
 
   const cg::cluster_group cl = cg::this_cluster();
   const int tid = threadIdx.x;
@@ -277,10 +292,10 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     if (p.phase_ns != nullptr && blockIdx.x == 0 && tid == 0) p.phase_ns[i] = global_ns();
   };
   mark(0);
-  const bool topp = bu.top_p < 1.f;
+  constexpr bool topp = TOPP;
   for (int i = tid; i < step_bins; i += cl_threads) s_hist[i] = 0u;
   for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.own[0][0])[i] = 0u;
-  if (topp) {  // the mass histograms only serve a top-p budget
+  if constexpr (topp) {  // the mass histograms only serve a top-p budget
     for (int i = tid; i < step_bins; i += cl_threads) s_mass[i] = 0.f;
     for (int i = tid; i < 3 * (step_bins / 8); i += cl_threads) (&cs.ownm[0][0])[i] = 0.f;
   }
@@ -357,7 +372,7 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   const uint32_t k_max = static_cast<uint32_t>(max(bu.k_max, 0));
   cluster_wait_acquire();  // every CTA's `own` is zeroed
   sel_state ps;            // top-p: the chain's threshold state
-  if (topp)
+  if constexpr (topp)
     cl_resolve_p<C>(cl, s_hist, s_mass, cs, 0, 11, 21, bu, ps, st);
   else
     cl_resolve<C>(cl, s_hist, cs, 0, 11, 21, true, k_max, st);
@@ -373,21 +388,25 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     const int n_bins = 1 << bits;
     // only this CTA reads its histogram: it pushed the last level's counts before that barrier
     for (int i = tid; i < n_bins; i += cl_threads) s_hist[i] = 0u;
-    if (topp)
+    if constexpr (topp)
       for (int i = tid; i < n_bins; i += cl_threads) s_mass[i] = 0.f;
     __syncthreads();
-    const uint32_t prefix = topp ? ps.prefix : st.prefix;
+    uint32_t prefix;
+    if constexpr (topp)
+      prefix = ps.prefix;
+    else
+      prefix = st.prefix;
     for (int i = tid; i < n; i += cl_threads) {
       const float v = cache[i];
       const uint32_t key = float_key(v);
       if ((key >> shift) == prefix) {
         const uint32_t bin = (key >> (shift - bits)) & static_cast<uint32_t>(n_bins - 1);
         atomicAdd(s_hist + bin, 1u);
-        if (topp) atomicAdd(s_mass + bin, v);
+        if constexpr (topp) atomicAdd(s_mass + bin, v);
       }
     }
     __syncthreads();
-    if (topp)
+    if constexpr (topp)
       cl_resolve_p<C>(cl, s_hist, s_mass, cs, level, bits, shift - bits, bu, ps, st);
     else
       cl_resolve<C>(cl, s_hist, cs, level, bits, shift - bits, false, k_max, st);

@@ -13,10 +13,11 @@
 namespace sieve::cuda {
 namespace {
 
-// Per cluster-kernel instance (C CTAs per cluster): the shared memory a CTA may take, set once.
-template <int C>
+// Per cluster-kernel instance (C CTAs per cluster; TP: top-p budgets): the shared memory a CTA
+// may take, set once.
+template <int C, bool TP>
 struct cluster_kernel {
-  static constexpr auto kern = step_cluster_kernel<__nv_fp8_e4m3, 16, C>;
+  static constexpr auto kern = step_cluster_kernel<__nv_fp8_e4m3, 16, C, TP>;
   int dyn_max = -1;     // dynamic shared memory limit per CTA (bytes); 0: cannot launch
   int placed_dyn = -1;  // the dynamic size last checked for placement, and the answer:
   int active = 0;       //   clusters resident at once (0: none can be placed)
@@ -88,15 +89,16 @@ cudaLaunchConfig_t cluster_cfg(int C, int batch, int dyn, const launch_cfg& lc,
 
 // How many clusters of C CTAs can be resident at once for p (0: p cannot run so); sets p's
 // launcher fields and the shared memory.
-template <int C>
+template <int C, bool TP>
 int cluster_try(step_params& p, int& dyn) {
-  static cluster_kernel<C> k;
+  static cluster_kernel<C, TP> k;
   if (k.init() != cudaSuccess || k.dyn_max <= 0 || !cluster_fits<C>(p, k.dyn_max, dyn)) return 0;
   if (dyn != k.placed_dyn) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = cluster_cfg(C, 1, dyn, launch_cfg{}, attr);
     int clusters = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<C>::kern, &cfg);
+    const cudaError_t e =
+        cudaOccupancyMaxActiveClusters(&clusters, cluster_kernel<C, TP>::kern, &cfg);
     if (e != cudaSuccess) cudaGetLastError();
     k.placed_dyn = dyn;
     k.active = e == cudaSuccess ? clusters : 0;
@@ -122,9 +124,10 @@ int choose(step_params& p, int& dyn) {
   const bool need_cluster = p.sync == step_sync::cluster || p.budget.top_p < 1.f;
   step_params p16 = p, p8 = p;
   int dyn16 = 0, dyn8 = 0;
-  const int a16 = cluster_try<16>(p16, dyn16);
+  const bool tp = p.budget.top_p < 1.f;
+  const int a16 = tp ? cluster_try<16, true>(p16, dyn16) : cluster_try<16, false>(p16, dyn16);
   const bool try8 = a16 == 0 || (p.score && a16 < p.batch);
-  const int a8 = try8 ? cluster_try<8>(p8, dyn8) : 0;
+  const int a8 = !try8 ? 0 : tp ? cluster_try<8, true>(p8, dyn8) : cluster_try<8, false>(p8, dyn8);
   int C = 0;
   if (a16 > 0 && (!p.score || a16 >= p.batch))
     C = 16;
@@ -192,8 +195,11 @@ cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc) {
   if (C > 0) {
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t cfg = cluster_cfg(C, q.batch, dyn, lc, attr);
-    return C == 16 ? cudaLaunchKernelEx(&cfg, cluster_kernel<16>::kern, q)
-                   : cudaLaunchKernelEx(&cfg, cluster_kernel<8>::kern, q);
+    if (q.budget.top_p < 1.f)
+      return C == 16 ? cudaLaunchKernelEx(&cfg, cluster_kernel<16, true>::kern, q)
+                     : cudaLaunchKernelEx(&cfg, cluster_kernel<8, true>::kern, q);
+    return C == 16 ? cudaLaunchKernelEx(&cfg, cluster_kernel<16, false>::kern, q)
+                   : cudaLaunchKernelEx(&cfg, cluster_kernel<8, false>::kern, q);
   }
   if (p.sync == step_sync::cluster || p.budget.top_p < 1.f) return cudaErrorNotSupported;
   if (p.attend.kv.type == dtype::bf16) return by_dim<__nv_bfloat16>(p, lc);

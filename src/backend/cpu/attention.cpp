@@ -241,15 +241,37 @@ struct TileGather {
       off = j - page * kv.page_size;
     }
   }
-  // The c-th key's position, and its K row (f32, at kd) re-rotated to it when compact.
-  void finish_row(int32_t c, int32_t page, int32_t off, float* kd, int32_t* kpos) const {
-    const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
-    if (keys.rot) keys.rot->rotate(kd, 1, int64_t{keys.pos_base} + c - stored);
-    if (kpos) *kpos = keys.rot ? keys.pos_base + c : stored;
+  // Position of the c-th key (page, off located) as the attention sees it, and as stored.
+  int32_t stored_pos(int32_t c, int32_t page, int32_t off) const {
+    return kv.pos_pages ? kv.pos_pages[page][off] : key(c);
   }
-  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
+  // Compact positions: every key of the tile is re-rotated by (pos_base + c - stored). A run of
+  // keys with one offset (consecutive tokens: the window, the sinks, a dense stretch of picks)
+  // takes one rotate() call, so cos/sin are formed once per run, and offset 0 (the sinks) is
+  // skipped. With `uniform` given and every key of the tile at one offset, nothing is rotated:
+  // *uniform gets the offset and the caller turns the query by -offset instead (G rows rather
+  // than n keys); otherwise *uniform is 0.
+  void rotate_tile(int n, const int64_t* offs, float* kt, int64_t* uniform) const {
+    if (uniform) *uniform = 0;
+    if (!keys.rot) return;
+    if (uniform && std::all_of(offs, offs + n, [&](int64_t o) { return o == offs[0]; })) {
+      *uniform = offs[0];
+      return;
+    }
+    for (int t = 0; t < n;) {
+      int e = t + 1;
+      while (e < n && offs[e] == offs[t]) ++e;
+      if (offs[t] != 0) keys.rot->rotate(kt + t * d, e - t, offs[t]);
+      t = e;
+    }
+  }
+  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* uniform = nullptr) const {
+    int64_t offs[kTile];
 #if defined(__x86_64__)
-    if (avx2) return gather_avx2(c0, n, kt, vt, kpos);
+    if (avx2) {
+      gather_avx2(c0, n, kt, vt, kpos, offs);
+      return rotate_tile(n, offs, kt, uniform);
+    }
 #endif
     for (int t = 0; t < n; ++t) {
       int32_t page, off;
@@ -257,11 +279,14 @@ struct TileGather {
       const int64_t row = off * kv.row_stride;
       f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
-      finish_row(c0 + t, page, off, kt + t * d, kpos ? kpos + t : nullptr);
+      const int32_t stored = stored_pos(c0 + t, page, off);
+      offs[t] = int64_t{keys.pos_base} + c0 + t - stored;
+      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c0 + t : stored;
     }
+    rotate_tile(n, offs, kt, uniform);
   }
 #if defined(__x86_64__)
-  SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos) const {
+  SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
     const int32_t c_end = std::min(n_keys, c0 + n + kTile);
     for (int t = 0; t < n; ++t) {
       const int32_t c = c0 + t;
@@ -289,7 +314,9 @@ struct TileGather {
           _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
         }
       }
-      finish_row(c, page, off, kd, kpos ? kpos + t : nullptr);
+      const int32_t stored = stored_pos(c, page, off);
+      offs[t] = int64_t{keys.pos_base} + c - stored;
+      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
     }
   }
 #endif
@@ -323,8 +350,9 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
   // segments of kAttnSegment keys: each segment's softmax state starts fresh and is merged
   // into the row's state in order. Split-K callers give each task whole segments and merge
   // them in the same order, so a row's result is bitwise the same on either path.
-  thread_local std::vector<float> so, sm, sl;
+  thread_local std::vector<float> so, sm, sl, qt;
   so.resize(static_cast<size_t>(n_rows) * d);
+  if (keys.rot) qt.resize(static_cast<size_t>(n_rows) * d);
   sm.resize(n_rows);
   sl.resize(n_rows);
   int32_t kpos[kTile];
@@ -344,6 +372,10 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
     std::fill(so.begin() + r0 * d, so.begin() + r1 * d, 0.0f);
     std::fill(sm.begin() + r0, sm.begin() + r1, kNegInf);
     std::fill(sl.begin() + r0, sl.begin() + r1, 0.0f);
+    // Compact positions: the block's query rows turned by -shift (qt) for tiles whose keys all
+    // share one rotation offset `shift` (TileGather::rotate_tile); qt_shift = 0: none yet.
+    int64_t qt_shift = 0;
+    const float* qt_rows = qt.data();
     const int32_t pmin = q.q_pos[t0], pmax = q.q_pos[t1 - 1];
     // Keys some row of the block can see: positions in (pmin - window, pmax].
     const int32_t first = q.window > 0 ? lower_bound_pos(kv, keys, pmin - q.window + 1) : 0;
@@ -357,14 +389,23 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
      for (int32_t c0 = from; c0 < to; c0 += kTile) {
       if (c0 > from && c0 % kAttnSegment == 0) flush();
       const int n = std::min<int32_t>(kTile, to - c0);
-      gather(c0, n, kt.data(), vt.data(), kpos);
+      int64_t shift = 0;
+      gather(c0, n, kt.data(), vt.data(), kpos, keys.rot ? &shift : nullptr);
+      if (shift != 0 && shift != qt_shift) {
+        for (int64_t r = r0; r < r1; ++r) {
+          std::copy(q.q + r * d, q.q + (r + 1) * d, qt.data() + r * d);
+          keys.rot->rotate(qt.data() + r * d, 1, -shift);
+        }
+        qt_shift = shift;
+      }
+      const float* qsrc = shift != 0 ? qt_rows : q.q;
       for (int32_t tq = t0; tq < t1; ++tq) {
         const int32_t qp = q.q_pos[tq];
         // Positions ascend along the tile: its first and last key bound every key's visibility.
         const bool all_visible = kpos[n - 1] <= qp && (q.window <= 0 || qp - kpos[0] < q.window);
         for (int g = 0; g < G; ++g) {
           const int64_t r = static_cast<int64_t>(tq) * G + g;
-          K.scores(q.q + r * d, kt.data(), n, d, q.scale, s.data());
+          K.scores(qsrc + r * d, kt.data(), n, d, q.scale, s.data());
           float mt = kNegInf;
           if (all_visible) {
             mt = K.max(s.data(), n);

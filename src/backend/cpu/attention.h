@@ -46,6 +46,8 @@ class RopeRotator;
 // Compact positions (rot != nullptr; TokenSelect past the trained window): the c-th key of the
 // set takes position pos_base + c, and its K (stored rotated at its original position) is
 // re-rotated to that position while the tile is gathered - no copy of the selected K/V is made.
+// A tile whose keys all need the same rotation (consecutive tokens: the window, a dense run of
+// picks) is read as stored and the query is turned the other way instead.
 // The rotator must have reserved every offset (RopeRotator::reserve).
 struct KeySet {
   const int32_t* idx = nullptr;

@@ -5,11 +5,13 @@
 // Args: {head_dim, n_group, n_keys, n_queries}.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/attention_test_util.h"
+#include "backend/cpu/ops.h"
 
 namespace sieve {
 namespace {
@@ -34,6 +36,50 @@ void BM_attend(benchmark::State& state) {
   }
   state.counters["keys/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// Decode over TokenSelect's key set: 128 sinks, n_pick random picks (sorted) and a 512-token
+// window of the n keys, in the KV store's layout (3 KV heads interleaved per token row, pages
+// of 16), optionally with compact positions (keys re-rotated while they are read).
+// Args: {n_keys, n_pick, compact}.
+void BM_attend_sparse(benchmark::State& state) {
+  const int d = 64, G = 3, sinks = 128, window = 512;
+  const int n = static_cast<int>(state.range(0)), n_pick = static_cast<int>(state.range(1));
+  const bool compact = state.range(2) != 0;
+  std::mt19937 rng(7);
+  PagedHead h(d, 16, n, rng, 1, 0, 3);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(G) * d), o(q.size());
+  for (auto& x : q) x = nd(rng);
+  std::vector<int32_t> mid(n - window - sinks), idx;
+  for (size_t i = 0; i < mid.size(); ++i) mid[i] = sinks + static_cast<int32_t>(i);
+  std::shuffle(mid.begin(), mid.end(), rng);
+  mid.resize(std::min<size_t>(mid.size(), n_pick));
+  std::sort(mid.begin(), mid.end());
+  for (int j = 0; j < sinks; ++j) idx.push_back(j);
+  idx.insert(idx.end(), mid.begin(), mid.end());
+  for (int j = n - window; j < n; ++j) idx.push_back(j);
+  const int n_sel = static_cast<int>(idx.size());
+  const int32_t qpos = compact ? n_sel - 1 : n - 1;
+  const AttnQuery aq{q.data(), &qpos, 1, G, d, 1.0f / 8};
+  RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
+  rot.reserve(n + n_sel);
+  KeySet ks{idx.data(), n_sel, 0, 0};
+  if (compact) ks.rot = &rot;
+  const KvHeadView kv = h.view();
+  for (auto _ : state) {
+    attend(aq, kv, ks, o.data());
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["keys/s"] =
+      benchmark::Counter(static_cast<double>(n_sel), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_attend_sparse)
+    ->Args({32768, 2048, 0})
+    ->Args({32768, 2048, 1})
+    ->Args({32768, 32768, 0})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_attend)
     ->Args({64, 3, 4096, 1})

@@ -19,15 +19,17 @@ struct PagedHead {
   std::vector<const uint16_t*> kptr, vptr;
   std::vector<int32_t> pos;
   std::vector<const int32_t*> pos_ptr;
-  PagedHead(int d_, int ps, int n, std::mt19937& rng, int pos_stride = 1, int first_pos = 3)
-      : d(d_), page_size(ps), n_tokens(n) {
+  int heads = 1;  // KV heads interleaved in a page's rows as in the KV store; this is head 0
+  PagedHead(int d_, int ps, int n, std::mt19937& rng, int pos_stride = 1, int first_pos = 3,
+            int heads_ = 1)
+      : d(d_), page_size(ps), n_tokens(n), heads(heads_) {
     std::normal_distribution<float> nd(0, 1);
     const int n_pages = (n + ps - 1) / ps;
     kp.resize(n_pages);
     vp.resize(n_pages);
     for (int p = 0; p < n_pages; ++p) {
-      kp[p].resize(ps * d);
-      vp[p].resize(ps * d);
+      kp[p].resize(static_cast<size_t>(ps) * d * heads);
+      vp[p].resize(static_cast<size_t>(ps) * d * heads);
       for (auto& x : kp[p]) x = f32_to_fp16(nd(rng));
       for (auto& x : vp[p]) x = f32_to_fp16(nd(rng));
       kptr.push_back(kp[p].data());
@@ -42,7 +44,7 @@ struct PagedHead {
     v.k_pages = kptr.data();
     v.v_pages = vptr.data();
     v.page_size = page_size;
-    v.row_stride = d;
+    v.row_stride = static_cast<int64_t>(d) * heads;
     v.n_tokens = n_tokens;
     v.pos_pages = pos_ptr.data();
     return v;

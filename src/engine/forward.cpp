@@ -199,6 +199,16 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
           const bool list = part == 2 && plan.rt_list[h];
           const KeySet ks = list ? KeySet{plan.keys[h].data(), static_cast<int32_t>(plan.keys[h].size()), 0, 0}
                                  : KeySet{nullptr, 0, 0, view->n_tokens};
+          const int32_t n_list = list ? ks.n_idx : 0;
+          if (n_q == 1 && n_list > kAttnSegment && n_threads > 1) {
+            // A decode step's retrieval heads over their key list: split by segments like the
+            // dense decode below (the window-only heads read ~S + W keys: one task).
+            for (int32_t k0 = 0; k0 < n_list; k0 += kAttnSegment) {
+              const KeySet seg{ks.idx + k0, std::min(kAttnSegment, n_list - k0), 0, 0};
+              tasks.push_back({static_cast<int>(i), h, 0, 1, view, seg, n_split_rows++, part});
+            }
+            continue;
+          }
           constexpr int32_t kQBlock = 32;
           for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
             tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, ks, -1, part});
@@ -262,6 +272,11 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         }
         AttnQuery aq{qbuf.data(), pos_.data() + off + tk.t0, nq, ng, d, hp.attn_scale,
                      tk.part == 1 ? plan.rt_window : 0, tk.part == 1 ? plan.rt_sinks : 0};
+        if (tk.split >= 0) {  // ng <= G rows of the split's buffers
+          attend(aq, *tk.view, tk.keys, part_o.data() + static_cast<size_t>(tk.split) * G * d,
+                 part_m.data() + static_cast<size_t>(tk.split) * G, part_l.data() + static_cast<size_t>(tk.split) * G);
+          continue;
+        }
         obuf.resize(qbuf.size());
         attend(aq, *tk.view, tk.keys, obuf.data());
         for (int32_t t = 0; t < nq; ++t) {
@@ -307,27 +322,36 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
     }
   });
-  // Merge split-K partial states in order (tasks of one (entry, head) are consecutive).
+  // Merge split-K partial states in order (tasks of one (entry, head, part) are consecutive).
+  // RTPurbo parts hold the rows of their heads only and scatter them to those heads.
   for (size_t ti = 0; ti < tasks.size();) {
     const Task& first = tasks[ti];
     if (first.split < 0) {
       ++ti;
       continue;
     }
+    const EntryPlan& plan = plans_[first.entry];
+    const std::vector<int32_t>* heads =
+        first.part == 0 ? nullptr : first.part == 1 ? &plan.rt_local[first.kv_head] : &plan.rt_retr[first.kv_head];
+    const int rows = heads ? static_cast<int>(heads->size()) : G;
     float* o = part_o.data() + static_cast<size_t>(first.split) * G * d;
     float* m = part_m.data() + static_cast<size_t>(first.split) * G;
     float* l = part_l.data() + static_cast<size_t>(first.split) * G;
     size_t tj = ti + 1;
     for (; tj < tasks.size() && tasks[tj].split >= 0 && tasks[tj].entry == first.entry &&
-           tasks[tj].kv_head == first.kv_head;
+           tasks[tj].kv_head == first.kv_head && tasks[tj].part == first.part;
          ++tj) {
       const int s = tasks[tj].split;
       merge_attn(o, m, l, part_o.data() + static_cast<size_t>(s) * G * d,
-                 part_m.data() + static_cast<size_t>(s) * G, part_l.data() + static_cast<size_t>(s) * G, G, d);
+                 part_m.data() + static_cast<size_t>(s) * G, part_l.data() + static_cast<size_t>(s) * G, rows, d);
     }
-    normalize_attn(o, l, G, d);
+    normalize_attn(o, l, rows, d);
     float* dst = attn_.data() + entry_offset_[first.entry] * qd + static_cast<int64_t>(first.kv_head) * G * d;
-    std::copy(o, o + G * d, dst);
+    if (heads) {
+      for (int g = 0; g < rows; ++g) std::copy(o + int64_t{g} * d, o + int64_t{g + 1} * d, dst + int64_t{(*heads)[g]} * d);
+    } else {
+      std::copy(o, o + G * d, dst);
+    }
     ti = tj;
   }
 }

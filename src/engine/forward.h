@@ -107,6 +107,7 @@ class Forward {
   std::vector<EntryPlan> plans_;
   std::vector<std::unique_ptr<RopeRotator>> rotators_;  // one per distinct RoPE base
   std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch
+  std::vector<float> rt_logits_;                    // RTPurbo: indexer logits [items, candidates]
   MatmulScratch mm_;
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;

@@ -4,6 +4,7 @@
 // indexer's top-p tokens plus sinks + window), and pick the retrieval heads' decode keys.
 #include <algorithm>
 
+#include "backend/cpu/attention.h"
 #include "engine/forward.h"
 #include "engine/sparse_seq.h"
 #include "sparse/head_plan.h"
@@ -16,6 +17,7 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   SparseSeq& sp = *e.sparse;
   const PolicyConfig& P = sp.policy();
   const HeadPlan& HP = *sp.head_plan();
+  const ScopedNs timer{sp.stats.select_ns};  // planning time
   const ModelHParams& hp = model_.hp;
   const int32_t d = hp.head_dim, G = hp.n_gqa(), Hkv = hp.n_head_kv;
   const int32_t n_q = n_rows_[ei];
@@ -43,32 +45,57 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const KvSeqView sv = kv_.seq_view(e.seq, il);
   const TopPParams tp{P.top_p > 0 ? P.top_p : 1.0f, P.min_keep, P.top_k};
   const float* qrow = qpre_.data() + entry_offset_[ei] * hp.q_dim();
-  thread_local TopPScratch scratch;
-  std::vector<float> qi(di), logits(n);
-  std::vector<int32_t> sel;
-  std::vector<char> mark;
+  // The retrieval heads of the groups that have an indexer (a group without one reads every key).
+  struct Item {
+    int32_t h, g;
+  };
+  std::vector<Item> items;
   for (int32_t h = 0; h < Hkv; ++h) {
     if (plan.rt_retr[h].empty()) continue;
-    const float* wk = HP.indexer_k(il, h);
-    bool fitted = wk != nullptr;
+    bool fitted = HP.indexer_k(il, h) != nullptr;
     for (int32_t g : plan.rt_retr[h]) fitted = fitted && HP.indexer_q(il, h * G + g) != nullptr;
-    if (!fitted) continue;  // no indexer for this group: its retrieval heads read every key
-    mark.assign(n, 0);
-    for (int32_t g : plan.rt_retr[h]) {
-      // q_idx = q_preRoPE W_Q; logits = q_idx . k_idx * attn_scale; softmax; sort-free top-p.
-      const float* wq = HP.indexer_q(il, h * G + g);
-      const float* q = qrow + int64_t{h * G + g} * d;
-      std::fill(qi.begin(), qi.end(), 0.0f);
-      for (int32_t r = 0; r < d; ++r) {
-        for (int32_t c = 0; c < di; ++c) qi[c] += q[r] * wq[int64_t{r} * di + c];
-      }
-      for (int32_t j = 0; j < n; ++j) {
-        const float* k = sv.sketch(c0 + j) + int64_t{h} * di;
+    if (!fitted) continue;
+    for (int32_t g : plan.rt_retr[h]) items.push_back({h, g});
+  }
+  if (items.empty()) return;
+  const int32_t n_items = static_cast<int32_t>(items.size());
+  // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx * attn_scale over the candidates,
+  // every item at once per key (the threads split the candidates); then per item the softmax
+  // numerators (split too) and the sort-free top-p.
+  std::vector<float> qi(static_cast<size_t>(n_items) * di, 0.0f);
+  for (int32_t it = 0; it < n_items; ++it) {
+    const float* wq = HP.indexer_q(il, items[it].h * G + items[it].g);
+    const float* q = qrow + int64_t{items[it].h * G + items[it].g} * d;
+    float* out = qi.data() + int64_t{it} * di;
+    for (int32_t r = 0; r < d; ++r) {
+      for (int32_t c = 0; c < di; ++c) out[c] += q[r] * wq[int64_t{r} * di + c];
+    }
+  }
+  rt_logits_.resize(static_cast<size_t>(n_items) * n);
+  const float scale = hp.attn_scale;
+  pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
+    for (int64_t j = a; j < z; ++j) {
+      const float* krow = sv.sketch(static_cast<int32_t>(c0 + j));
+      for (int32_t it = 0; it < n_items; ++it) {
+        const float* k = krow + int64_t{items[it].h} * di;
+        const float* q = qi.data() + int64_t{it} * di;
         float s = 0;
-        for (int32_t c = 0; c < di; ++c) s += qi[c] * k[c];
-        logits[j] = s;
+        for (int32_t c = 0; c < di; ++c) s += q[c] * k[c];
+        rt_logits_[int64_t{it} * n + j] = s * scale;
       }
-      top_p_select_logits(logits.data(), n, hp.attn_scale, tp, sel, scratch);
+    }
+  });
+  thread_local TopPScratch scratch;
+  std::vector<int32_t> sel;
+  std::vector<char> mark;
+  for (int32_t it = 0; it < n_items;) {
+    const int32_t h = items[it].h;
+    mark.assign(n, 0);
+    for (; it < n_items && items[it].h == h; ++it) {
+      float* row = rt_logits_.data() + int64_t{it} * n;
+      const float m = *std::max_element(row, row + n);
+      pool_.parallel_for(n, 4096, [&](int64_t a, int64_t z) { exp_shift_sum(row + a, z - a, m); });
+      top_p_select(row, n, tp, sel, scratch);
       for (int32_t j : sel) mark[j] = 1;
     }
     // The group's retrieval heads read the union of their picks, plus sinks and window.

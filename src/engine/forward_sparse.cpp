@@ -3,7 +3,6 @@
 // heads of each scope unit, pick tokens, and hand the attention half a key set per KV head
 // (plus gathered, re-rotated K/V when positions are compact).
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "backend/cpu/ops.h"
@@ -93,13 +92,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   const int32_t n_keys = views[0].n_tokens;
   const int32_t n_prefix = n_keys - n_q;
   SparseLayerState& L = sp.layer(il);
-  struct Timer {  // planning time, every path out of this function
-    int64_t& acc;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~Timer() {
-      acc += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-    }
-  } timer{sp.stats.select_ns};
+  const ScopedNs timer{sp.stats.select_ns};  // planning time
   sp.stats.layer_steps++;
   // Dense attention would read the whole context, evicted tokens included.
   sp.stats.context_tokens += kv_.n_tokens(e.seq);

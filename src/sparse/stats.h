@@ -3,6 +3,7 @@
 // evicted, KV bytes held). Counted per (layer, step) of full-attention layers.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 namespace sieve {
@@ -46,6 +47,15 @@ struct SparseStats {
     prefill_selections += o.prefill_selections;
     prefill_dropped += o.prefill_dropped;
     select_ns += o.select_ns;
+  }
+};
+
+// Adds the wall time of its scope to a counter (SparseStats::select_ns), on every path out.
+struct ScopedNs {
+  int64_t& acc;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~ScopedNs() {
+    acc += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 namespace sieve {
@@ -18,15 +19,24 @@ namespace {
 
 inline double mass_of(float s) { return s > 0.0f ? static_cast<double>(s) : 0.0; }
 
-constexpr int kBins = 256;
+// Radix levels over the 32 key bits, as the CUDA selection has them: 11, 11 and 10 bits.
+// Softmax outputs share their sign and most exponent bits, so an 8-bit first level would leave
+// nearly every score in one bin; 11 bits reach into the mantissa and the threshold bin is small.
+constexpr int kMaxBins = 2048;
+struct Level {
+  int bits, shift;
+};
+constexpr Level kLevels[] = {{11, 21}, {11, 10}, {10, 0}};
 
-// One level's histogram over 8 bits of the key.
+// One level's histogram over `bits` bits of the key.
 struct Histogram {
-  int32_t count[kBins];
-  double mass[kBins];
-  void clear() {
-    std::fill(count, count + kBins, 0);
-    std::fill(mass, mass + kBins, 0.0);
+  int n_bins = 0;
+  int32_t count[kMaxBins];
+  double mass[kMaxBins];
+  void clear(int bits) {
+    n_bins = 1 << bits;
+    std::fill(count, count + n_bins, 0);
+    std::fill(mass, mass + n_bins, 0.0);
   }
 };
 
@@ -45,7 +55,7 @@ struct Descent {
   // lowest non-empty bin is taken whole, as deeper levels will also do.
   int pick(const Histogram& h) {
     int last = -1;
-    for (int b = kBins - 1; b >= 0; --b) {
+    for (int b = h.n_bins - 1; b >= 0; --b) {
       if (h.count[b] == 0) continue;
       if (by_mass ? acc_mass + h.mass[b] >= target : acc_count + h.count[b] >= k) return b;
       acc_mass += h.mass[b];
@@ -58,18 +68,22 @@ struct Descent {
   }
 };
 
+uint32_t bin_of(float s, const Level& l) {
+  return (topp_key(s) >> l.shift) & ((1u << l.bits) - 1u);
+}
+
 // The radix descent itself: mass mode (p > 0) or count mode (k). Returns count = -1 in mass
 // mode when the total is zero (the caller decides).
 TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc) {
   TopPCut cut;
-  Histogram h;
-  h.clear();
+  thread_local Histogram h;
+  h.clear(kLevels[0].bits);
   for (int32_t j = 0; j < n; ++j) {
-    const uint32_t b = topp_key(s[j]) >> 24;
+    const uint32_t b = bin_of(s[j], kLevels[0]);
     h.count[b]++;
     h.mass[b] += mass_of(s[j]);
   }
-  for (int b = 0; b < kBins; ++b) cut.total += h.mass[b];
+  for (int b = 0; b < h.n_bins; ++b) cut.total += h.mass[b];
   Descent d;
   d.by_mass = p > 0;
   if (d.by_mass) {
@@ -81,23 +95,24 @@ TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc)
   } else {
     d.k = k;
   }
-  const int b1 = d.pick(h);
+  const uint32_t b1 = static_cast<uint32_t>(d.pick(h));
   std::vector<int32_t>& cand = sc.cand;
   cand.clear();
   for (int32_t j = 0; j < n; ++j) {
-    if ((topp_key(s[j]) >> 24) == static_cast<uint32_t>(b1)) cand.push_back(j);
+    if (bin_of(s[j], kLevels[0]) == b1) cand.push_back(j);
   }
-  for (int shift = 16; shift >= 0 && cand.size() > 1; shift -= 8) {
-    h.clear();
+  for (size_t li = 1; li < std::size(kLevels) && cand.size() > 1; ++li) {
+    const Level& lv = kLevels[li];
+    h.clear(lv.bits);
     for (int32_t j : cand) {
-      const uint32_t b = (topp_key(s[j]) >> shift) & 0xFFu;
+      const uint32_t b = bin_of(s[j], lv);
       h.count[b]++;
       h.mass[b] += mass_of(s[j]);
     }
     const uint32_t b = static_cast<uint32_t>(d.pick(h));
     sc.next.clear();
     for (int32_t j : cand) {
-      if (((topp_key(s[j]) >> shift) & 0xFFu) == b) sc.next.push_back(j);
+      if (bin_of(s[j], lv) == b) sc.next.push_back(j);
     }
     cand.swap(sc.next);
   }

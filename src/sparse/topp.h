@@ -2,16 +2,18 @@
 // a share p of the total, found by radix descent over the order-preserving bits of the
 // float scores instead of sorting them.
 //
-// Level 1 is one pass over all n scores that fills a 256-bin histogram (count and mass per
-// bin) of the top 8 bits of the monotone uint32 image of each float; a scan from the top bin
+// Level 1 is one pass over all n scores that fills a 2048-bin histogram (count and mass per
+// bin) of the top 11 bits of the monotone uint32 image of each float; a scan from the top bin
 // down finds the bin in which the cumulative mass crosses the target. Every token of a higher
-// bin is in. A second pass collects the tokens of that bin, and levels 2..4 repeat the
-// histogram on the next 8 bits over those candidates only. After the 4th level the remaining
+// bin is in. A second pass collects the tokens of that bin, and levels 2 and 3 repeat the
+// histogram on the next 11 and 10 bits over those candidates only (the CUDA selection's
+// 11/11/10 split; 8-bit levels left softmax outputs, which share their sign and most exponent
+// bits, nearly all in one first-level bin). After the 3rd level the remaining
 // candidates have bitwise equal scores and are taken in index order, so the result is the
 // EXACT minimal set (not only up to a bin's granularity) with ties broken towards the lower
 // index - the same set as sorting by (score desc, index asc) and taking a prefix. A last pass
 // emits the indices in ascending order. Cost: three passes over n plus passes over the
-// threshold bin's candidates (usually a small fraction); no sort, O(256) memory per level.
+// threshold bin's candidates (usually a small fraction); no sort, O(2048) memory per level.
 //
 // Definitions shared with the sort-based reference (topp_test.cpp) and pick_tokens:
 //   mass(j)  = max(score[j], 0)        (negative scores and -0 weigh nothing; NaN is not allowed)

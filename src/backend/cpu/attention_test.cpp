@@ -205,6 +205,27 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
 }
 
 
+// The engine's split-K decode over an index list: one part per kAttnSegment keys (pos_base =
+// its first index), merged in order, then normalised.
+std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv, const std::vector<int32_t>& idx,
+                                      const RopeRotator* rot) {
+  const int d = aq.head_dim;
+  const int n_sel = static_cast<int>(idx.size());
+  const int64_t rows = int64_t{aq.n_q} * aq.n_group;
+  std::vector<float> oa(rows * d), ob(rows * d), ma(rows), la(rows), mb(rows), lb(rows);
+  for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
+    const KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, rot, k0};
+    if (k0 == 0) {
+      attend(aq, kv, part, oa.data(), ma.data(), la.data());
+    } else {
+      attend(aq, kv, part, ob.data(), mb.data(), lb.data());
+      merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
+    }
+  }
+  normalize_attn(oa.data(), la.data(), rows, d);
+  return oa;
+}
+
 // Compact positions (KeySet::rot): attention over a selected list whose c-th key takes
 // position pos_base + c equals attention over a copy of those keys re-rotated to positions
 // 0.., and the split into segments merges to the same result.
@@ -243,18 +264,7 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   // One part per kAttnSegment keys (pos_base = its first index), merged in order as the
   // engine's split-K decode does, gives the whole bitwise.
   ASSERT_GT(n_sel, 2 * kAttnSegment);
-  const int64_t rows = int64_t{n_q} * G;
-  std::vector<float> oa(q.size()), ob(q.size()), ma(rows), la(rows), mb(rows), lb(rows);
-  for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
-    const KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, &rot, k0};
-    if (k0 == 0) {
-      attend(aq, h.view(), part, oa.data(), ma.data(), la.data());
-    } else {
-      attend(aq, h.view(), part, ob.data(), mb.data(), lb.data());
-      merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), rows, d);
-    }
-  }
-  normalize_attn(oa.data(), la.data(), rows, d);
+  const std::vector<float> oa = attend_in_segments(aq, h.view(), idx, &rot);
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 
@@ -284,17 +294,7 @@ TEST(Attend, CompactWindowTilesTurnTheQuery) {
   attend(aq, h.view(), all, o.data());
   attend_ref(aq, h.view(), all, ref.data());
   EXPECT_LT(max_abs_diff(o, ref), 2e-5f);
-  std::vector<float> oa(q.size()), ob(q.size()), ma(G), la(G), mb(G), lb(G);
-  for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
-    const KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, &rot, k0};
-    if (k0 == 0) {
-      attend(aq, h.view(), part, oa.data(), ma.data(), la.data());
-    } else {
-      attend(aq, h.view(), part, ob.data(), mb.data(), lb.data());
-      merge_attn(oa.data(), ma.data(), la.data(), ob.data(), mb.data(), lb.data(), G, d);
-    }
-  }
-  normalize_attn(oa.data(), la.data(), G, d);
+  const std::vector<float> oa = attend_in_segments(aq, h.view(), idx, &rot);
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 

@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
+
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/forward.h"
@@ -258,7 +261,8 @@ TEST(Sparse, SketchBasisOfFullRankScoresAsTheExactScorer) {
   for (size_t u = 0; u < static_cast<size_t>(hp.n_layer) * hp.n_head_kv; ++u) {
     for (int32_t i = 0; i < hp.head_dim; ++i) basis->p[(u * hp.head_dim + i) * hp.head_dim + i] = 1.0f;
   }
-  const std::string path = ::testing::TempDir() + "identity_basis.json";
+  // per process: the same test of another build running at the same time must not rewrite it
+  const std::string path = ::testing::TempDir() + "identity_basis_" + std::to_string(::getpid()) + ".json";
   ASSERT_TRUE(save_sketch_basis(*basis, path).ok());
   const std::vector<std::string> knobs = {"sinks=8", "local=32", "top_k=48"};
   auto pca = make_policy("sketch", knobs);

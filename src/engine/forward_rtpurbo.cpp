@@ -60,8 +60,8 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   if (items.empty()) return;
   const int32_t n_items = static_cast<int32_t>(items.size());
   // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx * attn_scale over the candidates,
-  // every item at once per key (the threads split the candidates); then per item the softmax
-  // numerators (split too) and the sort-free top-p.
+  // every item at once per key (the threads split the candidates); then each item's softmax
+  // numerators and sort-free top-p, the items on different threads.
   std::vector<float> qi(static_cast<size_t>(n_items) * di, 0.0f);
   for (int32_t it = 0; it < n_items; ++it) {
     const float* wq = HP.indexer_q(il, items[it].h * G + items[it].g);
@@ -85,18 +85,23 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
       }
     }
   });
-  thread_local TopPScratch scratch;
-  std::vector<int32_t> sel;
+  // Each retrieval head's softmax numerators and top-p on its own thread (the heads of a layer
+  // at once; the top-p itself is sequential).
+  std::vector<std::vector<int32_t>> sels(n_items);
+  pool_.parallel_for(n_items, 1, [&](int64_t a, int64_t z) {
+    thread_local TopPScratch scratch;
+    for (int64_t it = a; it < z; ++it) {
+      float* row = rt_logits_.data() + it * n;
+      exp_shift_sum(row, n, *std::max_element(row, row + n));
+      top_p_select(row, n, tp, sels[it], scratch);
+    }
+  });
   std::vector<char> mark;
   for (int32_t it = 0; it < n_items;) {
     const int32_t h = items[it].h;
     mark.assign(n, 0);
     for (; it < n_items && items[it].h == h; ++it) {
-      float* row = rt_logits_.data() + int64_t{it} * n;
-      const float m = *std::max_element(row, row + n);
-      pool_.parallel_for(n, 4096, [&](int64_t a, int64_t z) { exp_shift_sum(row + a, z - a, m); });
-      top_p_select(row, n, tp, sel, scratch);
-      for (int32_t j : sel) mark[j] = 1;
+      for (int32_t j : sels[it]) mark[j] = 1;
     }
     // The group's retrieval heads read the union of their picks, plus sinks and window.
     std::vector<int32_t>& keys = plan.keys[h];

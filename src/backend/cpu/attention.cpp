@@ -241,9 +241,12 @@ struct TileGather {
       off = j - page * kv.page_size;
     }
   }
-  // Position of the c-th key (page, off located) as the attention sees it, and as stored.
-  int32_t stored_pos(int32_t c, int32_t page, int32_t off) const {
-    return kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+  // The c-th key of the set (slot t of the tile, at page/off): its rotation offset for compact
+  // positions (pos_base + c - stored position) and the position the attention sees.
+  void note_key(int32_t c, int t, int32_t page, int32_t off, int64_t* offs, int32_t* kpos) const {
+    const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
+    offs[t] = int64_t{keys.pos_base} + c - stored;
+    if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
   }
   // Compact positions: every key of the tile is re-rotated by (pos_base + c - stored). A run of
   // keys with one offset (consecutive tokens: the window, the sinks, a dense stretch of picks)
@@ -279,9 +282,7 @@ struct TileGather {
       const int64_t row = off * kv.row_stride;
       f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
-      const int32_t stored = stored_pos(c0 + t, page, off);
-      offs[t] = int64_t{keys.pos_base} + c0 + t - stored;
-      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c0 + t : stored;
+      note_key(c0 + t, t, page, off, offs, kpos);
     }
     rotate_tile(n, offs, kt, uniform);
   }
@@ -314,9 +315,7 @@ struct TileGather {
           _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
         }
       }
-      const int32_t stored = stored_pos(c, page, off);
-      offs[t] = int64_t{keys.pos_base} + c - stored;
-      if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
+      note_key(c, t, page, off, offs, kpos);
     }
   }
 #endif
@@ -375,7 +374,6 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
     // Compact positions: the block's query rows turned by -shift (qt) for tiles whose keys all
     // share one rotation offset `shift` (TileGather::rotate_tile); qt_shift = 0: none yet.
     int64_t qt_shift = 0;
-    const float* qt_rows = qt.data();
     const int32_t pmin = q.q_pos[t0], pmax = q.q_pos[t1 - 1];
     // Keys some row of the block can see: positions in (pmin - window, pmax].
     const int32_t first = q.window > 0 ? lower_bound_pos(kv, keys, pmin - q.window + 1) : 0;
@@ -398,7 +396,7 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
         }
         qt_shift = shift;
       }
-      const float* qsrc = shift != 0 ? qt_rows : q.q;
+      const float* qsrc = shift != 0 ? qt.data() : q.q;
       for (int32_t tq = t0; tq < t1; ++tq) {
         const int32_t qp = q.q_pos[tq];
         // Positions ascend along the tile: its first and last key bound every key's visibility.

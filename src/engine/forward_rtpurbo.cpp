@@ -4,7 +4,6 @@
 // indexer's top-p tokens plus sinks + window), and pick the retrieval heads' decode keys.
 #include <algorithm>
 
-#include "backend/cpu/attention.h"
 #include "engine/forward.h"
 #include "engine/sparse_seq.h"
 #include "sparse/head_plan.h"
@@ -59,9 +58,9 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   }
   if (items.empty()) return;
   const int32_t n_items = static_cast<int32_t>(items.size());
-  // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx * attn_scale over the candidates,
-  // every item at once per key (the threads split the candidates); then each item's softmax
-  // numerators and sort-free top-p, the items on different threads.
+  // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx over the candidates, every item at
+  // once per key (the threads split the candidates); then each item's top-p over
+  // softmax(logits x attn_scale), the items on different threads.
   std::vector<float> qi(static_cast<size_t>(n_items) * di, 0.0f);
   for (int32_t it = 0; it < n_items; ++it) {
     const float* wq = HP.indexer_q(il, items[it].h * G + items[it].g);
@@ -72,7 +71,6 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
     }
   }
   rt_logits_.resize(static_cast<size_t>(n_items) * n);
-  const float scale = hp.attn_scale;
   pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
     for (int64_t j = a; j < z; ++j) {
       const float* krow = sv.sketch(static_cast<int32_t>(c0 + j));
@@ -81,19 +79,17 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
         const float* q = qi.data() + int64_t{it} * di;
         float s = 0;
         for (int32_t c = 0; c < di; ++c) s += q[c] * k[c];
-        rt_logits_[int64_t{it} * n + j] = s * scale;
+        rt_logits_[int64_t{it} * n + j] = s;
       }
     }
   });
-  // Each retrieval head's softmax numerators and top-p on its own thread (the heads of a layer
-  // at once; the top-p itself is sequential).
+  // Each retrieval head's top-p on its own thread (the heads of a layer at once; the top-p
+  // itself is sequential).
   std::vector<std::vector<int32_t>> sels(n_items);
   pool_.parallel_for(n_items, 1, [&](int64_t a, int64_t z) {
     thread_local TopPScratch scratch;
     for (int64_t it = a; it < z; ++it) {
-      float* row = rt_logits_.data() + it * n;
-      exp_shift_sum(row, n, *std::max_element(row, row + n));
-      top_p_select(row, n, tp, sels[it], scratch);
+      top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale, tp, sels[it], scratch);
     }
   });
   std::vector<char> mark;

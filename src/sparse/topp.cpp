@@ -1,7 +1,8 @@
 #include "sparse/topp.h"
 
+#include "backend/cpu/attention.h"
+
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -198,8 +199,11 @@ void top_p_select_logits(const float* logits, int32_t n, float scale, const TopP
                          std::vector<int32_t>& out, TopPScratch& scratch) {
   scratch.mass.resize(std::max(n, 0));
   float m = -std::numeric_limits<float>::infinity();
-  for (int32_t j = 0; j < n; ++j) m = std::max(m, scale * logits[j]);
-  for (int32_t j = 0; j < n; ++j) scratch.mass[j] = std::exp(scale * logits[j] - m);
+  for (int32_t j = 0; j < n; ++j) {
+    scratch.mass[j] = scale * logits[j];
+    m = std::max(m, scratch.mass[j]);
+  }
+  exp_shift_sum(scratch.mass.data(), n, m);  // the attention's vectorised exp(x - m)
   top_p_select(scratch.mass.data(), n, params, out, scratch);
 }
 

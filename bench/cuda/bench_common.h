@@ -380,6 +380,33 @@ struct graph_runner {
   }
 };
 
+// Selection alone per layer in a decode pipeline: L = 16 layers' selections (st with
+// score = false) back to back in one graph, each over its own copy of st's score rows
+// (n_floats of them; cold L2 before the first). The launch latency an isolated launch pays is
+// then paid once per graph, as in a captured decode step. Returns the time / L; `note` gets
+// what was run.
+inline stats selection_per_layer(const step_params& st, size_t n_floats, std::string& note) {
+  constexpr int L = 16;
+  std::vector<float*> bufs(L);
+  for (auto& b : bufs) {
+    b = dalloc<float>(n_floats);
+    CK(cudaMemcpy(b, st.scores, n_floats * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  graph_runner gl;
+  gl.capture([&] {
+    for (int l = 0; l < L; ++l) {
+      step_params sl = st;
+      sl.scores = bufs[l];
+      SK(sparse_step(sl, g_lc));
+    }
+  });
+  const stats s = time_gpu([&] { gl.run(); });
+  for (auto* b : bufs) cudaFree(b);
+  note = std::string(" 16 layers in one graph, time / 16") +
+         (gl.exec ? "" : " (eager: capture failed)");
+  return stats{s.med / L, s.p10 / L, s.p90 / L};
+}
+
 const shape k_llama{"llama3-8b", 32, 8, 128};
 const shape k_smol{"smollm2", 9, 3, 64};
 const shape k_gemma{"gemma3-270m", 4, 1, 256};

@@ -240,30 +240,11 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
     report("sparse", nm + ".select", sh.name, c.B, c.N, s_sel, 0,
            "rows=" + std::to_string(c.B) + " fused selection only");
     phases(ss, nm + ".select", 5);
-    {  // per layer in a decode pipeline: 16 layers' selections back to back in one graph, each
-       // over its own score buffer (cold L2 before the first): the launch latency that one
-       // isolated launch pays is then paid once per graph, as in a captured decode step
-      constexpr int L = 16;
-      const size_t n = static_cast<size_t>(c.B) * ss.score_stride;
-      std::vector<float*> bufs(L);
-      for (auto& b : bufs) {
-        b = dalloc<float>(n);
-        CK(cudaMemcpy(b, ss.scores, n * sizeof(float), cudaMemcpyDeviceToDevice));
-      }
-      graph_runner gl;
-      gl.capture([&] {
-        for (int l = 0; l < L; ++l) {
-          step_params sl = ss;
-          sl.scores = bufs[l];
-          SK(sparse_step(sl, g_lc));
-        }
-      });
-      const stats s_l = time_gpu([&] { gl.run(); });
-      report("sparse", nm + ".select_per_layer", sh.name, c.B, c.N,
-             stats{s_l.med / L, s_l.p10 / L, s_l.p90 / L}, 0,
-             "rows=" + std::to_string(c.B) + " 16 layers in one graph, time / 16" +
-                 (gl.exec ? "" : " (eager: capture failed)"));
-      for (auto* b : bufs) cudaFree(b);
+    {  // per layer in a decode pipeline (selection_per_layer)
+      std::string how;
+      const stats s_l = selection_per_layer(ss, static_cast<size_t>(c.B) * ss.score_stride, how);
+      report("sparse", nm + ".select_per_layer", sh.name, c.B, c.N, s_l, 0,
+             "rows=" + std::to_string(c.B) + how);
     }
   }
   {  // the attention inside the persistent (grid) kernel (P5) instead of chained behind it,

@@ -161,30 +161,12 @@ void bench_select_alone(buffers& bf, std::mt19937& rng, int max_n) {
             const stats s_fused = time_gpu([&] { SK(sparse_step(st, g_lc)); });
             report("select", std::string("select_") + bk.name + "_" + kd.name + ".fused", "any", B,
                    N, s_fused, bytes, note);
-            if (B == 1 && bk.bu.top_p >= 1.f) {
-              // per layer in a decode pipeline, as the one-row step reports it: 16 layers'
-              // selections back to back in one graph, each over its own copy of the rows
-              constexpr int L = 16;
-              const size_t n = static_cast<size_t>(rows) * stride;
-              std::vector<float*> bufs(L);
-              for (auto& b : bufs) {
-                b = dalloc<float>(n);
-                CK(cudaMemcpy(b, bf.scores, n * sizeof(float), cudaMemcpyDeviceToDevice));
-              }
-              graph_runner gl;
-              gl.capture([&] {
-                for (int l = 0; l < L; ++l) {
-                  step_params sl = st;
-                  sl.scores = bufs[l];
-                  SK(sparse_step(sl, g_lc));
-                }
-              });
-              const stats s_l = time_gpu([&] { gl.run(); });
-              report("select", std::string("select_") + bk.name + "_" + kd.name + ".fused_per_layer",
-                     "any", B, N, stats{s_l.med / L, s_l.p10 / L, s_l.p90 / L}, 0,
-                     std::string(note) + " 16 layers in one graph, time / 16" +
-                         (gl.exec ? "" : " (eager: capture failed)"));
-              for (auto* b : bufs) cudaFree(b);
+            if (B == 1 && bk.bu.top_p >= 1.f) {  // per layer, as the one-row step reports it
+              std::string how;
+              const stats s_l = selection_per_layer(st, static_cast<size_t>(rows) * stride, how);
+              report("select",
+                     std::string("select_") + bk.name + "_" + kd.name + ".fused_per_layer", "any",
+                     B, N, s_l, 0, std::string(note) + how);
             }
           }
         }

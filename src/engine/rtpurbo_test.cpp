@@ -86,6 +86,22 @@ TEST(RtPurbo, PolicyNeedsAHeadPlan) {
   EXPECT_NE(bad.message().find("head_plan"), std::string::npos) << bad.message();
 }
 
+TEST(RtPurbo, DefaultWindowIsAQuarterOfTheTrainedContext) {
+  // 512 (a sixteenth) lost SmolLM2's needles at 8K; a quarter kept them (bench/RESULTS.md).
+  PolicyConfig p;
+  ModelHParams hp;
+  hp.n_ctx_train = 8192;
+  EXPECT_EQ(rt_window_for(p, hp), 2048);
+  hp.n_ctx_train = 32768;
+  EXPECT_EQ(rt_window_for(p, hp), 8192);
+  hp.n_ctx_train = 128;
+  EXPECT_EQ(rt_window_for(p, hp), 64);
+  hp.n_ctx_train = 0;
+  EXPECT_EQ(rt_window_for(p, hp), 2048);
+  p.rt_window = 300;
+  EXPECT_EQ(rt_window_for(p, hp), 300);
+}
+
 TEST(RtPurbo, AllLocalWideWindowEqualsDense) {
   auto m = test_smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";

@@ -51,8 +51,8 @@ std::string policy_cache_salt(const PolicyConfig& p) {
 
 int32_t rt_window_for(const PolicyConfig& p, const ModelHParams& hp) {
   if (p.rt_window > 0) return p.rt_window;
-  if (hp.n_ctx_train <= 0) return 512;
-  return std::max(64, hp.n_ctx_train / 16);
+  if (hp.n_ctx_train <= 0) return 2048;
+  return std::max(64, hp.n_ctx_train / 4);
 }
 
 namespace {

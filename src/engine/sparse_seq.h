@@ -37,7 +37,7 @@ class SparseSeq {
   // Whether selected tokens are renumbered now (positions=compact, or auto beyond training).
   bool compact(int32_t n_tokens) const;
   int32_t n_units() const { return n_units_; }
-  // RTPurbo: the local heads' window (rt_window, or n_ctx_train / 16) and the plan, when it
+  // RTPurbo: the local heads' window (rt_window, or n_ctx_train / 4) and the plan, when it
   // fits the model (else nullptr: every head attends fully).
   int32_t rt_window() const { return rt_window_; }
   const HeadPlan* head_plan() const { return plan_ok_ ? policy_.plan.get() : nullptr; }
@@ -65,8 +65,10 @@ SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp);
 // Checks that the store's sketch keys can serve the policy; the error says what to change.
 Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have);
 
-// RTPurbo: the local heads' window for a model: rt_window, or 0 -> n_ctx_train / 16 (at least
-// 64; 512 when the trained context is unknown): SmolLM2 (8K) 512, Gemma 3 (32K) 2048.
+// RTPurbo: the local heads' window for a model: rt_window, or 0 -> n_ctx_train / 4 (at least
+// 64; 2048 when the trained context is unknown): SmolLM2 (8K) 2048, Gemma 3 (32K) 8192 - the
+// public RTP-LLM window for a 32K-trained model. A 512 window lost every SmolLM2 needle at 8K
+// that 2048 keeps (bench/RESULTS.md, issue 7).
 int32_t rt_window_for(const PolicyConfig& p, const ModelHParams& hp);
 // The policy's head plan exists (the error names `sieve calibrate`) and fits the model's shape.
 Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp);

@@ -267,7 +267,7 @@ const std::vector<Knob>& knobs() {
       {{"rt_sinks", "rtpurbo: first tokens every head reads (local heads: sinks + window)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_sinks); },
        [](const PolicyConfig& p) { return std::to_string(p.rt_sinks); }},
-      {{"rt_window", "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 16: SmolLM2 512, Gemma 3 2048)"},
+      {{"rt_window", "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 4: SmolLM2 2048, Gemma 3 8192)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_window); },
        [](const PolicyConfig& p) { return std::to_string(p.rt_window); }},
   };

@@ -98,7 +98,7 @@ struct PolicyConfig {
   std::string head_plan;                        // path of the plan (sieve calibrate --out)
   std::shared_ptr<const HeadPlan> plan;         // loaded once when head_plan is set
   int32_t rt_sinks = 4;                         // first tokens every head reads
-  int32_t rt_window = 0;                        // local heads' window (0: n_ctx_train / 16)
+  int32_t rt_window = 0;                        // local heads' window (0: n_ctx_train / 4)
 
   // Attention reads every kept token at decode and no token is evicted.
   bool dense_attention() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }

@@ -202,12 +202,23 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
           const int32_t n_list = list ? ks.n_idx : 0;
           if (n_q == 1 && n_list > kAttnSegment && n_threads > 1) {
             // A decode step's retrieval heads over their key list: split by segments like the
-            // dense decode below (the window-only heads read ~S + W keys: one task).
+            // dense decode below.
             for (int32_t k0 = 0; k0 < n_list; k0 += kAttnSegment) {
               const KeySet seg{ks.idx + k0, std::min(kAttnSegment, n_list - k0), 0, 0};
               tasks.push_back({static_cast<int>(i), h, 0, 1, view, seg, n_split_rows++, part});
             }
             continue;
+          }
+          if (n_q == 1 && part == 1 && n_threads > 1 && view->n_tokens > kAttnSegment) {
+            // The local heads' sinks + window (2048 keys on SmolLM2): one task would be each
+            // layer's longest at 16 threads, so it is split too, skipping the keys between.
+            const int32_t qp = pos_[entry_offset_[i]];
+            window_segments(AttnQuery{nullptr, &qp, 1, 1, hp.head_dim, 1.0f, plan.rt_window, plan.rt_sinks}, *view,
+                            view->n_tokens, segs_);
+            if (segs_.size() > 1) {
+              for (const KeySet& seg : segs_) tasks.push_back({static_cast<int>(i), h, 0, 1, view, seg, n_split_rows++, part});
+              continue;
+            }
           }
           constexpr int32_t kQBlock = 32;
           for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {

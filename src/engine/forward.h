@@ -104,6 +104,7 @@ class Forward {
   const SketchProjection* sketch_;
   AttentionObserver* observer_ = nullptr;
   HeadViewTables views_;
+  std::vector<KeySet> segs_;  // window_segments() of a local-head decode task
   std::vector<EntryPlan> plans_;
   std::vector<std::unique_ptr<RopeRotator>> rotators_;  // one per distinct RoPE base
   std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch

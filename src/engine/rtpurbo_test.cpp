@@ -208,6 +208,14 @@ TEST(RtPurbo, LongDecodeListsSplitByKeys) {
   EXPECT_GT(two.stats.mean_selected(), 600.0);  // lists past one segment
   ASSERT_EQ(two.logits.size(), one.logits.size());
   for (size_t s = 0; s < two.logits.size(); ++s) ASSERT_EQ(two.logits[s], one.logits[s]) << s;
+  // A local window wider than a segment: its decode tasks are split too (window_segments).
+  auto wide = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=600", "rt_sinks=4",
+                                                              "top_p=0.9"});
+  ASSERT_TRUE(wide.ok()) << wide.message();
+  const Out wide2 = run(*m, prompt, 256, 2, &*wide, 2);
+  const Out wide1 = run(*m, prompt, 256, 2, &*wide, 1);
+  ASSERT_EQ(wide2.logits.size(), wide1.logits.size());
+  for (size_t s = 0; s < wide2.logits.size(); ++s) ASSERT_EQ(wide2.logits[s], wide1.logits[s]) << s;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ namespace sieve {
 namespace {
 
 constexpr int kTile = 32;        // keys converted to f32 at once, shared by a block of rows
+static_assert(kAttnSegment % kTile == 0, "segment boundaries fall between tiles");
 constexpr int kBlockRows = 16;   // query rows (tokens x heads of the group) per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -434,6 +435,18 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
     flush();
   }
   if (!m_out) normalize_attn(o, l, n_rows, d);
+}
+
+void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, std::vector<KeySet>& out) {
+  out.clear();
+  const KeySet all{nullptr, 0, 0, n_keys};
+  const int32_t first = q.window > 0 ? lower_bound_pos(kv, all, q.q_pos[0] - q.window + 1) : 0;
+  const int32_t last = lower_bound_pos(kv, all, q.q_pos[q.n_q - 1] + 1);
+  // attend() reads the window from `start` and reduces at multiples of kAttnSegment after it.
+  const int32_t start = first - first % kTile;
+  int32_t b = std::min(last, (start / kAttnSegment + 1) * kAttnSegment);
+  out.push_back(KeySet{nullptr, 0, 0, b});
+  for (; b < last; b += kAttnSegment) out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
 }
 
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace sieve {
 
@@ -64,6 +65,13 @@ struct KeySet {
 // otherwise o is normalised (rows with no visible key are zero).
 void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o,
             float* m_out = nullptr, float* l_out = nullptr);
+
+// Split-K of one decode row (q.n_q == 1) over the keys [0, n_keys) under its window and sinks:
+// the first set holds the sinks and the window up to the first segment boundary past the
+// window's start, each further set one segment, up to the last visible key. Their partial
+// states merged in order equal attend() over KeySet{nullptr, 0, 0, n_keys} bit for bit (the
+// same tiles, reduced in the same segments); keys before the window are not visited.
+void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, std::vector<KeySet>& out);
 
 // Folds partial state (o_b, m_b, l_b) into (o_a, m_a, l_a) for n_rows rows of head_dim.
 void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,

@@ -165,6 +165,41 @@ TEST(Attend, PrefillRowEqualsSplitSegmentsBitwise) {
   }
 }
 
+// RTPurbo's local heads at decode: window_segments() cuts sinks + window into split-K parts
+// whose in-order merge is bitwise attend() over the whole stream, and skips the keys between.
+TEST(Attend, WindowSegmentsMergeToTheWholeRowBitwise) {
+  std::mt19937 rng(12);
+  const int d = 64, G = 3, n = 2900;
+  PagedHead kv(d, 16, n, rng);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(G * d);
+  for (auto& x : q) x = nd(rng);
+  const int32_t qpos = kv.pos[n - 1];
+  for (const auto& [window, sinks] : {std::pair{1200, 4}, {513, 4}, {100, 0}, {1024, 700}, {5000, 4}, {0, 0}}) {
+    const AttnQuery aq{q.data(), &qpos, 1, G, d, 0.125f, window, sinks};
+    std::vector<float> whole(G * d);
+    attend(aq, kv.view(), KeySet{nullptr, 0, 0, n}, whole.data());
+    std::vector<KeySet> sets;
+    window_segments(aq, kv.view(), n, sets);
+    const int32_t width = window > 0 ? std::min(window, n) : n;
+    EXPECT_LE(sets.size(), static_cast<size_t>(width / kAttnSegment + 2)) << window;
+    std::vector<float> acc_o(G * d), acc_m(G), acc_l(G), po(G * d), pm(G), pl(G);
+    for (size_t s = 0; s < sets.size(); ++s) {
+      if (s > 0) {
+        EXPECT_EQ(sets[s].begin % kAttnSegment, 0) << window;
+      }
+      attend(aq, kv.view(), sets[s], po.data(), pm.data(), pl.data());
+      if (s == 0) {
+        acc_o = po, acc_m = pm, acc_l = pl;
+      } else {
+        merge_attn(acc_o.data(), acc_m.data(), acc_l.data(), po.data(), pm.data(), pl.data(), G, d);
+      }
+    }
+    normalize_attn(acc_o.data(), acc_l.data(), G, d);
+    for (int i = 0; i < G * d; ++i) ASSERT_EQ(acc_o[i], whole[i]) << "window " << window << " sinks " << sinks << " i " << i;
+  }
+}
+
 // RTPurbo's local heads: sinks next to a sliding window (AttnQuery::n_sink).
 TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
   std::mt19937 rng(3);

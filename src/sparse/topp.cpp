@@ -73,18 +73,46 @@ uint32_t bin_of(float s, const Level& l) {
   return (topp_key(s) >> l.shift) & ((1u << l.bits) - 1u);
 }
 
-// The radix descent itself: mass mode (p > 0) or count mode (k). Returns count = -1 in mass
-// mode when the total is zero (the caller decides).
-TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc) {
-  TopPCut cut;
-  thread_local Histogram h;
+// The descent's histogram (one per thread; level 0 may be built ahead by the caller).
+thread_local Histogram tl_hist;
+
+void build_level0(const float* s, int32_t n, Histogram& h) {
   h.clear(kLevels[0].bits);
   for (int32_t j = 0; j < n; ++j) {
     const uint32_t b = bin_of(s[j], kLevels[0]);
     h.count[b]++;
     h.mass[b] += mass_of(s[j]);
   }
-  for (int b = 0; b < h.n_bins; ++b) cut.total += h.mass[b];
+}
+
+double total_of(const Histogram& h) {
+  double t = 0;
+  for (int b = 0; b < h.n_bins; ++b) t += h.mass[b];
+  return t;
+}
+
+// The tokens of bin b of a level, in index order (branch-free: about half the tokens of a
+// softmax row pass, so a branch would miss every other time).
+void collect(const float* s, const int32_t* from, int32_t n, const Level& lv, uint32_t b, int32_t n_in,
+             std::vector<int32_t>& out) {
+  out.resize(static_cast<size_t>(n_in) + 1);
+  int32_t c = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t j = from ? from[i] : i;
+    out[c] = j;
+    c += bin_of(s[j], lv) == b;
+  }
+  out.resize(c);
+}
+
+// The radix descent itself: mass mode (p > 0) or count mode (k). Returns count = -1 in mass
+// mode when the total is zero (the caller decides). have_level0: tl_hist already holds the
+// level-0 histogram of s.
+TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc, bool have_level0 = false) {
+  TopPCut cut;
+  Histogram& h = tl_hist;
+  if (!have_level0) build_level0(s, n, h);
+  cut.total = total_of(h);
   Descent d;
   d.by_mass = p > 0;
   if (d.by_mass) {
@@ -98,10 +126,7 @@ TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc)
   }
   const uint32_t b1 = static_cast<uint32_t>(d.pick(h));
   std::vector<int32_t>& cand = sc.cand;
-  cand.clear();
-  for (int32_t j = 0; j < n; ++j) {
-    if (bin_of(s[j], kLevels[0]) == b1) cand.push_back(j);
-  }
+  collect(s, nullptr, n, kLevels[0], b1, h.count[b1], cand);
   for (size_t li = 1; li < std::size(kLevels) && cand.size() > 1; ++li) {
     const Level& lv = kLevels[li];
     h.clear(lv.bits);
@@ -111,10 +136,7 @@ TopPCut descend(const float* s, int32_t n, double p, int32_t k, TopPScratch& sc)
       h.mass[b] += mass_of(s[j]);
     }
     const uint32_t b = static_cast<uint32_t>(d.pick(h));
-    sc.next.clear();
-    for (int32_t j : cand) {
-      if (bin_of(s[j], lv) == b) sc.next.push_back(j);
-    }
+    collect(s, cand.data(), static_cast<int32_t>(cand.size()), lv, b, h.count[b], sc.next);
     cand.swap(sc.next);
   }
   // cand: the tokens with the threshold key, all equal, in index order.
@@ -158,7 +180,24 @@ TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPS
   const int32_t cap = params.max_keep > 0 ? std::min(params.max_keep, n) : n;
   const int32_t floor = std::clamp(params.min_keep, 0, n);
   if (!(params.p > 0.0f)) return top_k_cut(score, n, std::min(floor, cap), scratch);
-  TopPCut cut = descend(score, n, params.p, 0, scratch);
+  // Level 0 already bounds m: the bin where the mass crosses the target holds token m, so
+  // when every m it allows is past the cap (or short of the floor) the count-mode descent
+  // starts from the same histogram instead of finishing the mass descent first.
+  build_level0(score, n, tl_hist);
+  const double total0 = total_of(tl_hist);
+  if (total0 > 0 && (cap < n || floor > 0)) {
+    Descent probe;
+    probe.target = std::min(static_cast<double>(params.p), 1.0) * total0 * (1.0 - kTopPSlack);
+    const int b = probe.pick(tl_hist);
+    const int32_t m_lo = probe.acc_count + 1, m_hi = probe.acc_count + tl_hist.count[b];
+    const int32_t k = m_lo > cap ? cap : m_hi < floor ? std::min(floor, cap) : -1;
+    if (k >= 0) {
+      TopPCut cut = k == n ? all_or_none(score, n, true) : descend(score, n, 0.0, k, scratch, true);
+      cut.total = total0;
+      return cut;
+    }
+  }
+  TopPCut cut = descend(score, n, params.p, 0, scratch, true);
   const int32_t m = cut.count < 0 ? n : cut.count;
   const int32_t want = std::min(std::max(m, floor), cap);
   if (cut.count == want) return cut;
@@ -176,11 +215,17 @@ void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int
     for (int32_t j = 0; j < n; ++j) out.push_back(j);
     return;
   }
-  int32_t ties = 0;
+  // Branch-free: a selected token is written and counted, any other overwritten.
+  out.resize(static_cast<size_t>(cut.count) + 1);
+  int32_t c = 0, ties = 0;
   for (int32_t j = 0; j < n; ++j) {
     const uint32_t u = topp_key(score[j]);
-    if (u > cut.key || (u == cut.key && ties++ < cut.n_ties)) out.push_back(j);
+    const bool tie = u == cut.key;
+    out[c] = j;
+    c += (u > cut.key) | (tie & (ties < cut.n_ties));
+    ties += tie;
   }
+  out.resize(c);
 }
 
 void top_p_select(const float* score, int32_t n, const TopPParams& params, std::vector<int32_t>& out,

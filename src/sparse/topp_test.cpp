@@ -119,16 +119,20 @@ TEST(TopP, MatchesSortReferenceOnRandomVectors) {
   }
 }
 
+// The floor and the cap, also where level 0 alone decides them (a cap far below the top-p
+// count, a floor far above it) and with a floor above the cap (the cap wins).
 TEST(TopP, FloorAndCap) {
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 200; ++trial) {
+  for (int trial = 0; trial < 400; ++trial) {
     const int32_t n = 1 + static_cast<int32_t>(rng() % 3000);
     const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 100 + trial);
     TopPParams prm;
     prm.p = (rng() % 1000) / 1000.0f + 0.0005f;
     prm.min_keep = static_cast<int32_t>(rng() % (n + 5));
     prm.max_keep = trial % 3 == 0 ? 0 : static_cast<int32_t>(rng() % (n + 5));
-    if (prm.max_keep > 0 && prm.max_keep < prm.min_keep) std::swap(prm.max_keep, prm.min_keep);
+    if (trial % 4 != 1 && prm.max_keep > 0 && prm.max_keep < prm.min_keep) std::swap(prm.max_keep, prm.min_keep);
+    if (trial % 8 == 2) prm.max_keep = 1 + static_cast<int32_t>(rng() % 8);
+    if (trial % 8 == 6) prm.min_keep = n - static_cast<int32_t>(rng() % 3);
     expect_matches(s, prm, "trial " + std::to_string(trial));
   }
 }

@@ -32,12 +32,21 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       }
     }
   }
+  const int32_t n_group = kv_.geometry().n_head_group;
   for (const BatchEntry& e : batch) {
     if (!kv_.has_sequence(e.seq)) return make_error("forward: unknown sequence {}", e.seq);
-    for (int il = 0; il < hp.n_layer; ++il) {
-      if (kv_.stream_len(e.seq, il) < static_cast<int32_t>(e.tokens.size())) {
+    for (int32_t s = 0; s < kv_.geometry().n_stream; ++s) {
+      if (kv_.stream_len(e.seq, s) < static_cast<int32_t>(e.tokens.size())) {
         return make_error("forward: the chunk of sequence {} was not reserved in the KV store", e.seq);
       }
+    }
+    // One stream per KV head: only RTPurbo's plan reads the heads apart (the layout comes from
+    // it; kv_layout_for), and UniPrefill's drops work on whole layers.
+    if (n_group > 1 && (!e.sparse || !e.sparse->head_plan() || e.sparse->policy().drops_prefill())) {
+      return make_error(
+          "forward: this KV store keeps one stream per KV head (an rtpurbo head plan's layout); policy '{}' "
+          "cannot run on it: use rtpurbo without prefill dropping, or a store made for this policy",
+          e.sparse ? e.sparse->policy().preset : std::string("dense"));
     }
   }
 
@@ -107,11 +116,16 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       const BatchEntry& e = batch[i];
       const int64_t off = entry_offset_[i];
       if (n_rows_[i] < static_cast<int32_t>(e.tokens.size())) SIEVE_TRY(evict_dropped(il, i));
-      const int32_t first = kv_.stream_len(e.seq, il) - n_rows_[i];
-      for (int32_t t = 0; t < n_rows_[i]; ++t) {
-        const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
-        f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim(), row.k_f16(), hp.kv_dim());
-        f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim(), row.v_f16(), hp.kv_dim());
+      // Each stream takes its KV heads' slice of the rows.
+      const int64_t sd = int64_t{kv_.geometry().n_head} * hp.head_dim;
+      for (int32_t g = 0; g < n_group; ++g) {
+        const int32_t s = il * n_group + g;
+        const int32_t first = kv_.stream_len(e.seq, s) - n_rows_[i];
+        for (int32_t t = 0; t < n_rows_[i]; ++t) {
+          const KvRowRef row = kv_.row(e.seq, s, first + static_cast<int32_t>(t));
+          f32_to_f16_row(k_.data() + (off + t) * hp.kv_dim() + g * sd, row.k_f16(), sd);
+          f32_to_f16_row(v_.data() + (off + t) * hp.kv_dim() + g * sd, row.v_f16(), sd);
+        }
       }
     }
     write_sketches(il, batch);
@@ -182,7 +196,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const int32_t n_q = n_rows_[i];
     for (int h = 0; h < hp.n_head_kv; ++h) {
-      views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, il), h);
+      views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, stream_of(il, h)), head_in_stream(h));
     }
     EntryPlan& plan = plans_[i];
     plan.active = false;

@@ -64,6 +64,12 @@ class Forward {
   std::span<const int64_t> layer_rows() const { return layer_rows_; }
 
  private:
+  // The store's stream of KV head h of layer il and h's index inside it (one stream per layer,
+  // or per KV head where RTPurbo windows some KV heads of a layer; kv_binding.h).
+  int32_t stream_of(int il, int h) const {
+    return il * kv_.geometry().n_head_group + h / kv_.geometry().n_head;
+  }
+  int32_t head_in_stream(int h) const { return h % kv_.geometry().n_head; }
   void attention_layer(int layer, std::span<const BatchEntry> batch);
   // What one entry reads in a full-attention layer under its sparse policy.
   struct EntryPlan {

@@ -20,7 +20,6 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const ModelHParams& hp = model_.hp;
   const int32_t d = hp.head_dim, G = hp.n_gqa(), Hkv = hp.n_head_kv;
   const int32_t n_q = n_rows_[ei];
-  const int32_t n_keys = views[0].n_tokens;
   plan.rt = true;
   plan.rt_window = sp.rt_window();
   plan.rt_sinks = P.rt_sinks;
@@ -35,13 +34,6 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   }
   // Decode only: prefill of retrieval heads is full attention.
   if (n_q != 1 || !HP.has_indexer() || !keep_pre_ || kv_.geometry().sketch_dim != HP.d_idx) return;
-  const int32_t S = P.rt_sinks, W = plan.rt_window;
-  const int32_t c0 = std::min(S, n_keys);
-  const int32_t c1 = std::max(c0, n_keys - W);  // candidates [c0, c1): neither sinks nor window
-  const int32_t n = c1 - c0;
-  if (n <= 0) return;
-  const int32_t di = HP.d_idx;
-  const KvSeqView sv = kv_.seq_view(e.seq, il);
   const TopPParams tp{P.top_p > 0 ? P.top_p : 1.0f, P.min_keep, P.top_k};
   const float* qrow = qpre_.data() + entry_offset_[ei] * hp.q_dim();
   // The retrieval heads of the groups that have an indexer (a group without one reads every key).
@@ -57,6 +49,22 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
     for (int32_t g : plan.rt_retr[h]) items.push_back({h, g});
   }
   if (items.empty()) return;
+  // A KV head with a retrieval head keeps every token (kv_layout_for), so all of them hold
+  // the same keys; candidates are indices of their streams.
+  const int32_t n_keys = views[items[0].h].n_tokens;
+  const int32_t S = P.rt_sinks, W = plan.rt_window;
+  const int32_t c0 = std::min(S, n_keys);
+  const int32_t c1 = std::max(c0, n_keys - W);  // candidates [c0, c1): neither sinks nor window
+  const int32_t n = c1 - c0;
+  if (n <= 0) return;
+  const int32_t di = HP.d_idx;
+  // Item it's indexer keys: row j of its KV head's stream, at its head's slot.
+  std::vector<KvSeqView> svs;
+  std::vector<int32_t> k_off;
+  for (const Item& item : items) {
+    svs.push_back(kv_.seq_view(e.seq, stream_of(il, item.h)));
+    k_off.push_back(head_in_stream(item.h) * di);
+  }
   const int32_t n_items = static_cast<int32_t>(items.size());
   // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx over the candidates, every item at
   // once per key (the threads split the candidates); then each item's top-p over
@@ -73,9 +81,8 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   rt_logits_.resize(static_cast<size_t>(n_items) * n);
   pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
     for (int64_t j = a; j < z; ++j) {
-      const float* krow = sv.sketch(static_cast<int32_t>(c0 + j));
       for (int32_t it = 0; it < n_items; ++it) {
-        const float* k = krow + int64_t{items[it].h} * di;
+        const float* k = svs[it].sketch(static_cast<int32_t>(c0 + j)) + k_off[it];
         const float* q = qi.data() + int64_t{it} * di;
         float s = 0;
         for (int32_t c = 0; c < di; ++c) s += q[c] * k[c];

@@ -34,18 +34,20 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
   const ModelHParams& hp = model_.hp;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
-    const int32_t first = kv_.stream_len(e.seq, il) - n_rows_[i];
+    // The first new row of KV head h's stream (the streams of one layer may differ in length).
+    auto first_row = [&](int32_t h) { return kv_.stream_len(e.seq, stream_of(il, h)) - n_rows_[i]; };
     const HeadPlan* plan = e.sparse ? e.sparse->head_plan() : nullptr;
     if (plan && plan->has_indexer() && plan->d_idx == ds && keep_pre_) {
       // RTPurbo: the indexer key k_idx = k_preRoPE W_K of every KV head that has a W_K.
       for (int32_t h = 0; h < hp.n_head_kv; ++h) {
         const float* w = plan->indexer_k(il, h);
         if (!w) continue;
+        const int32_t first = first_row(h);
         for (int32_t t = 0; t < n_rows_[i]; ++t) {
-          const KvRowRef row = kv_.row(e.seq, il, first + t);
+          const KvRowRef row = kv_.row(e.seq, stream_of(il, h), first + t);
           if (!row.sketch) continue;
           const float* k = kpre_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim() + int64_t{h} * hp.head_dim;
-          float* out = row.sketch + int64_t{h} * ds;
+          float* out = row.sketch + int64_t{head_in_stream(h)} * ds;
           std::fill(out, out + ds, 0.0f);
           for (int32_t r = 0; r < hp.head_dim; ++r) {
             const float kr = k[r];
@@ -57,11 +59,12 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
       continue;
     }
     if (!jl) continue;
-    for (int32_t t = 0; t < n_rows_[i]; ++t) {
-      const KvRowRef row = kv_.row(e.seq, il, first + static_cast<int32_t>(t));
-      const float* k = k_.data() + (entry_offset_[i] + static_cast<int64_t>(t)) * hp.kv_dim();
-      for (int32_t h = 0; h < hp.n_head_kv; ++h) {
-        sketch_->project(k + int64_t{h} * hp.head_dim, il, h, row.sketch + int64_t{h} * ds);
+    for (int32_t h = 0; h < hp.n_head_kv; ++h) {
+      const int32_t first = first_row(h);
+      for (int32_t t = 0; t < n_rows_[i]; ++t) {
+        const KvRowRef row = kv_.row(e.seq, stream_of(il, h), first + t);
+        const float* k = k_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim();
+        sketch_->project(k + int64_t{h} * hp.head_dim, il, h, row.sketch + int64_t{head_in_stream(h)} * ds);
       }
     }
   }

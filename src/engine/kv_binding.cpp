@@ -4,18 +4,33 @@
 
 namespace sieve {
 
+int32_t layout_groups(const std::vector<KvCapacity>& layout, const ModelHParams& hp) {
+  return hp.n_layer > 0 && static_cast<int64_t>(layout.size()) == int64_t{hp.n_layer} * hp.n_head_kv &&
+                 hp.n_head_kv > 1
+             ? hp.n_head_kv
+             : 1;
+}
+
+const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp, int32_t il, int32_t h) {
+  const int32_t G = layout_groups(layout, hp);
+  return G == 1 ? layout[il] : layout[static_cast<size_t>(il) * G + h * G / hp.n_head_kv];
+}
+
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
                         int32_t sketch_dim, int64_t max_chunk, const std::vector<KvCapacity>* layout) {
-  // Per token per stream: K + V rows (f16) + sketch keys (f32) + position.
-  const int64_t token_bytes = 2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv + 4;
+  const int32_t G = layout ? layout_groups(*layout, hp) : 1;
+  // Per token per stream: K + V rows (f16) + sketch keys (f32) of the stream's heads + position.
+  const int64_t token_bytes = (2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv) / G + 4;
   const int64_t pages_full = (n_ctx + page_size - 1) / page_size;
   int64_t pages = 0;
-  for (size_t il = 0; il < hp.layer_kind.size(); ++il) {
+  for (int32_t s = 0; s < hp.n_layer * G; ++s) {
+    const int32_t il = s / G;
     const LayerKind k = hp.layer_kind[il];
-    const bool window = layout ? (*layout)[il].is_window() : k == LayerKind::sliding;
+    const KvCapacity* cap = layout ? &(*layout)[s] : nullptr;
+    const bool window = cap ? cap->is_window() : k == LayerKind::sliding;
     if (window) {
-      const int32_t win = layout ? (*layout)[il].window : hp.sliding_window;
-      const int32_t sinks = layout ? (*layout)[il].n_sink : 0;
+      const int32_t win = cap ? cap->window : hp.sliding_window;
+      const int32_t sinks = cap ? cap->n_sink : 0;
       const int64_t w = std::min<int64_t>(n_ctx, win);
       pages += n_seq * ((w + page_size - 1) / page_size + 2);  // the window may straddle pages
       pages += n_seq * ((sinks + page_size - 1) / page_size);  // pages holding sinks stay
@@ -35,7 +50,7 @@ KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t pag
   c.n_layer = hp.n_layer;
   c.n_kv_head = hp.n_head_kv;
   c.head_dim = hp.head_dim;
-  c.n_head_group = 1;
+  c.n_head_group = layout ? layout_groups(*layout, hp) : 1;
   c.page_size = page_size;
   c.dtype = KvDtype::f16;
   c.budget_bytes = budget_bytes;

@@ -23,7 +23,15 @@ int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, in
                         int32_t sketch_dim = 0, int64_t max_chunk = 512,
                         const std::vector<KvCapacity>* layout = nullptr);
 
-// KvConfig for a model: f16 K/V, one stream per layer, window capacity on sliding layers.
+// A layout (per-stream capacities, kv_layout_for) has n_layer entries (one stream per layer)
+// or n_layer * n_head_kv (one stream per KV head: RTPurbo's window-only KV groups inside
+// layers that keep other groups whole). layout_groups() says which (1 or n_head_kv),
+// layout_at() gives KV head h of layer il its capacity.
+int32_t layout_groups(const std::vector<KvCapacity>& layout, const ModelHParams& hp);
+const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp, int32_t il, int32_t h);
+
+// KvConfig for a model: f16 K/V, one stream per layer (or per KV head, as the layout has it),
+// window capacity on sliding layers.
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
                        const std::string& hash_salt, const std::vector<KvCapacity>* layout = nullptr);
 

@@ -29,12 +29,13 @@ struct Out {
   int64_t kv_bytes = 0;
 };
 
-// Chunked prefill then greedy decode in a store laid out for the policy (kv_layout_for).
+// Chunked prefill then greedy decode in a store laid out for the policy (kv_layout_for), or
+// as `force_layout` says.
 Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec, const PolicyConfig* policy,
-        int threads = 2) {
+        int threads = 2, const std::vector<KvCapacity>* force_layout = nullptr) {
   ThreadPool pool(threads);
   SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
-  const std::vector<KvCapacity> layout = kv_layout_for(policy, m.hp);
+  const std::vector<KvCapacity> layout = force_layout ? *force_layout : kv_layout_for(policy, m.hp);
   KvConfig c = kv_config_for(m.hp, 0, 16, "test", &layout);
   c.sketch_dim = sketch.spec().dim;
   c.budget_bytes = kv_budget_bytes(m.hp, 4096, 1, 16, c.sketch_dim, chunk, &layout);
@@ -209,6 +210,7 @@ TEST(RtPurbo, LongDecodeListsSplitByKeys) {
   ASSERT_EQ(two.logits.size(), one.logits.size());
   for (size_t s = 0; s < two.logits.size(); ++s) ASSERT_EQ(two.logits[s], one.logits[s]) << s;
   // A local window wider than a segment: its decode tasks are split too (window_segments).
+  // (mixed: every layer keeps KV heads 0 and 2 whole and windows KV head 1.)
   auto wide = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=600", "rt_sinks=4",
                                                               "top_p=0.9"});
   ASSERT_TRUE(wide.ok()) << wide.message();
@@ -326,6 +328,80 @@ TEST(RtPurbo, EngineDefaultKeepsWindowLayersAndRefusesDenseRequests) {
   EXPECT_EQ(tokens[ok], 3);
   EXPECT_EQ(done[refused].first, FinishReason::error);
   EXPECT_NE(done[refused].second.find("window"), std::string::npos) << done[refused].second;
+}
+
+// KV heads whose query heads are all local keep only sinks + window even where their layer
+// keeps another KV head whole: the store gets one stream per KV head, frees those heads'
+// pages, and the outputs equal the same policy over a store that keeps every token.
+TEST(RtPurbo, LocalKvHeadsOfMixedLayersKeepOnlyTheirWindow) {
+  auto m = test_smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = prompt_of(*m, 720);
+  HeadPlan mixed = identity_plan(*m);
+  const int32_t G = m->hp.n_gqa();
+  for (int32_t il = 0; il < m->hp.n_layer; ++il) {
+    for (int32_t h = 0; h < m->hp.n_head; ++h) mixed.retrieval[int64_t{il} * m->hp.n_head + h] = h / G != 0;
+  }
+  const std::string path = save_tmp(mixed, "rt_kvhead_local.json");
+  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64", "rt_sinks=4",
+                                                            "top_p=0.9"});
+  ASSERT_TRUE(rt.ok()) << rt.message();
+  const std::vector<KvCapacity> layout = kv_layout_for(&*rt, m->hp);
+  ASSERT_EQ(layout_groups(layout, m->hp), m->hp.n_head_kv);
+  EXPECT_TRUE(layout_at(layout, m->hp, 0, 0).is_window());
+  EXPECT_FALSE(layout_at(layout, m->hp, 0, 1).is_window());
+  const std::vector<KvCapacity> whole = kv_layout_for(nullptr, m->hp);
+  // The prompt in one chunk, then decode steps that drop the windowed heads' old pages. (A
+  // chunked prefill reads a windowed stream in other tiles than a whole one; the last-bit
+  // differences flip the int8 rounding of later matmuls' activations and grow to ~0.5 in the
+  // logits, as any change of summation order does; the greedy tokens stay the same.)
+  const Out per_head = run(*m, prompt, 1024, 4, &*rt, 2);
+  const Out kept = run(*m, prompt, 1024, 4, &*rt, 2, &whole);
+  ASSERT_EQ(per_head.logits.size(), kept.logits.size());
+  for (size_t s = 0; s < kept.logits.size(); ++s) {
+    EXPECT_LT(max_abs_diff(per_head.logits[s], kept.logits[s]), 1e-4f) << s;
+  }
+  EXPECT_EQ(per_head.stats.selected_tokens, kept.stats.selected_tokens);
+  // One KV head in three holds ~70 of 724 tokens.
+  EXPECT_LT(per_head.kv_bytes, kept.kv_bytes * 3 / 4);
+  auto argmax = [](const std::vector<float>& l) { return std::max_element(l.begin(), l.end()) - l.begin(); };
+  const Out chunked = run(*m, prompt, 256, 4, &*rt, 2), chunked_kept = run(*m, prompt, 256, 4, &*rt, 2, &whole);
+  for (size_t s = 0; s < chunked.logits.size(); ++s) {
+    EXPECT_EQ(argmax(chunked.logits[s]), argmax(chunked_kept.logits[s])) << s;
+  }
+  const Out one = run(*m, prompt, 256, 4, &*rt, 1);
+  for (size_t s = 0; s < one.logits.size(); ++s) ASSERT_EQ(one.logits[s], chunked.logits[s]) << s;
+  // Such a store serves this plan's rtpurbo only.
+  const Status dense = check_layout_compatible(*make_policy("dense"), m->hp, layout);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.message().find("one stream per KV head"), std::string::npos) << dense.message();
+  EXPECT_TRUE(check_layout_compatible(*rt, m->hp, layout).ok());
+  // The server's engine takes the same layout from its default policy and serves it.
+  EngineConfig cfg;
+  cfg.threads = 2;
+  cfg.n_ctx = 1024;
+  cfg.max_running = 2;
+  cfg.default_policy = std::make_shared<const PolicyConfig>(*rt);
+  auto engine = Engine::create(m, cfg);
+  ASSERT_TRUE(engine.ok()) << engine.message();
+  RequestParams p;
+  p.prompt = prompt;
+  p.max_tokens = 4;
+  p.sampling.temperature = 0;
+  p.stop_at_eog = false;
+  std::mutex mu;
+  std::vector<int32_t> got;
+  FinishReason reason{};
+  auto cb = [&](const RequestEvent& ev) {
+    std::lock_guard<std::mutex> l(mu);
+    if (ev.token >= 0) got.push_back(ev.token);
+    if (ev.finished) reason = ev.reason;
+  };
+  (*engine)->submit(p, cb);
+  ASSERT_TRUE((*engine)->wait_idle(std::chrono::seconds(120)));
+  EXPECT_EQ(reason, FinishReason::length);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t s = 0; s < got.size(); ++s) EXPECT_EQ(got[s], argmax(per_head.logits[s])) << s;
 }
 
 }  // namespace

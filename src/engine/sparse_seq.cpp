@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/kv_binding.h"
 #include "sparse/select.h"
 #include "sparse/uniprefill.h"
 
@@ -102,28 +103,57 @@ std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams&
   }
   if (!p || !p->uses_head_plan() || !check_head_plan_for(*p, hp).ok()) return caps;
   const int32_t w = rt_window_for(*p, hp);
+  const int32_t Hkv = hp.n_head_kv, G = hp.n_gqa();
+  // A KV head is window-only when none of its query heads is a retrieval head.
+  auto local_group = [&](int32_t il, int32_t h) {
+    for (int32_t g = 0; g < G; ++g) {
+      if (p->plan->is_retrieval(il, h * G + g)) return false;
+    }
+    return true;
+  };
+  bool per_head = false;  // some layer keeps one KV head whole and windows another
   for (int32_t il = 0; il < hp.n_layer; ++il) {
-    if (hp.layer_kind[il] == LayerKind::full && p->plan->n_retrieval(il) == 0) {
-      caps[il] = KvCapacity::sliding(w, p->rt_sinks);
+    if (hp.layer_kind[il] != LayerKind::full) continue;
+    int32_t n_local = 0;
+    for (int32_t h = 0; h < Hkv; ++h) n_local += local_group(il, h);
+    if (n_local == Hkv) caps[il] = KvCapacity::sliding(w, p->rt_sinks);
+    else if (n_local > 0) per_head = true;
+  }
+  if (!per_head) return caps;
+  std::vector<KvCapacity> streams;
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    for (int32_t h = 0; h < Hkv; ++h) {
+      const bool window = hp.layer_kind[il] == LayerKind::full && local_group(il, h);
+      streams.push_back(window ? KvCapacity::sliding(w, p->rt_sinks) : caps[il]);
     }
   }
-  return caps;
+  return streams;
 }
 
 Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have) {
   if (have.empty()) return {};
   const std::vector<KvCapacity> want = kv_layout_for(&p, hp);
-  for (int32_t il = 0; il < hp.n_layer && il < static_cast<int32_t>(have.size()); ++il) {
-    const KvCapacity& h = have[il];
-    const KvCapacity& w = want[il];
-    if (!h.is_window()) continue;
-    if (!w.is_window() || w.window > h.window || w.n_sink > h.n_sink) {
-      return make_error(
-          "policy '{}' reads {} on layer {}, but this engine keeps only {} sinks + a {}-token window there "
-          "(its default policy's head plan has no retrieval head on that layer); send requests with that "
-          "policy and head plan, or start another engine for this one",
-          p.preset, w.is_window() ? fmt::format("{} sinks + a {}-token window", w.n_sink, w.window) : "every key",
-          il, h.n_sink, h.window);
+  const bool grouped = layout_groups(have, hp) > 1;
+  if (grouped && !p.uses_head_plan()) {
+    return make_error(
+        "policy '{}' cannot run on this engine: its KV store keeps one stream per KV head (the default "
+        "policy's head plan windows some KV heads of layers it keeps); send rtpurbo requests with that head "
+        "plan, or start another engine for this policy",
+        p.preset);
+  }
+  for (int32_t il = 0; il < hp.n_layer; ++il) {
+    for (int32_t kh = 0; kh < hp.n_head_kv; ++kh) {
+      const KvCapacity& h = layout_at(have, hp, il, kh);
+      const KvCapacity& w = layout_at(want, hp, il, kh);
+      if (!h.is_window()) continue;
+      if (!w.is_window() || w.window > h.window || w.n_sink > h.n_sink) {
+        return make_error(
+            "policy '{}' reads {} on layer {} (KV head {}), but this engine keeps only {} sinks + a {}-token "
+            "window there (its default policy's head plan has no retrieval head on it); send requests with "
+            "that policy and head plan, or start another engine for this one",
+            p.preset, w.is_window() ? fmt::format("{} sinks + a {}-token window", w.n_sink, w.window) : "every key",
+            il, kh, h.n_sink, h.window);
+      }
     }
   }
   return {};
@@ -186,6 +216,11 @@ Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, co
 Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHParams& hp) {
   const PolicyConfig& p = sp.policy();
   if (!p.evicts()) return {};
+  if (kv.geometry().n_head_group > 1) {
+    return make_error("policy '{}' evicts whole layers' tokens, but this KV store keeps one stream per KV head "
+                      "(an rtpurbo head plan's layout); use a store made for this policy",
+                      p.preset);
+  }
   // Hysteresis: once a stream passes the budget it is cut a few pages below it, so the
   // compaction does not run on every decode step.
   constexpr int32_t kSlack = 64;

@@ -76,12 +76,15 @@ Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp);
 Status check_sketch_basis_shape(const SketchBasis& b, const ModelHParams& hp);
 // Every file a policy names (head plan, sketch basis) fits the model; run before admitting it.
 Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp);
-// Per-layer KV capacity under a policy: the model's (sliding layers keep their window), and
-// for rtpurbo every full-attention layer without a retrieval head keeps only rt_sinks +
-// the window (KvCapacity::sliding). Per-KV-head freeing inside mixed layers is not done.
+// KV capacity under a policy: the model's (sliding layers keep their window), and for rtpurbo
+// every KV head of a full-attention layer none of whose query heads is a retrieval head keeps
+// only rt_sinks + the window (KvCapacity::sliding). One entry per layer when whole layers
+// are windowed or kept; one per (layer, KV head) stream when some layer keeps one KV head and
+// windows another (kv_binding.h: layout_groups, layout_at).
 std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp);
-// A store laid out as `have` (per layer) can serve the policy: wherever it keeps only a window,
-// the policy reads no more than that window and those sinks. Empty `have`: the model's layout.
+// A store laid out as `have` can serve the policy: wherever it keeps only a window, the policy
+// reads no more than that window and those sinks; a store with one stream per KV head serves
+// head-plan (rtpurbo) policies only. Empty `have`: the model's layout.
 Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have);
 
 // The policy's UniPrefill selection layers in this model (uniprefill_layers() over its

@@ -160,8 +160,15 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   const KvStats ks = kv_->stats();
   st.kv_bytes_per_token_full = ks.bytes_per_token_full;
   st.kv_bytes_window_max = ks.max_bytes_per_seq_window;
-  st.n_layers_full = ks.n_stream_full;
-  st.n_layers_window = ks.n_stream_window;
+  // A store may keep one stream per KV head (rtpurbo): a layer is full if any stream of it is.
+  const int32_t G = kv_->geometry().n_head_group;
+  st.n_layers_full = st.n_layers_window = 0;
+  for (int32_t il = 0; il < kv_->geometry().n_layer; ++il) {
+    bool full = false;
+    for (int32_t g = 0; g < G; ++g) full = full || !kv_->geometry().capacity[il * G + g].is_window();
+    ++(full ? st.n_layers_full : st.n_layers_window);
+  }
+  st.n_streams_window = ks.n_stream_window;
   return st;
 }
 

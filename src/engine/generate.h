@@ -36,8 +36,9 @@ struct GenerateStats {
   int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
   int64_t kv_bytes_per_token_full = 0;  // one more token of context, all full-attention layers
   int64_t kv_bytes_window_max = 0;      // bound on what the sliding-window layers hold
-  int32_t n_layers_full = 0;
-  int32_t n_layers_window = 0;
+  int32_t n_layers_full = 0;    // layers that keep every token in some KV stream
+  int32_t n_layers_window = 0;  // layers whose every KV stream keeps only a window
+  int32_t n_streams_window = 0; // KV streams (a layer, or one KV head of it) holding a window
   bool stopped_by_eog = false;
   std::string policy;  // the policy that ran (auto resolved)
   SparseStats sparse;
@@ -68,7 +69,7 @@ class Generator {
                  const std::function<void(int64_t, int64_t)>& progress, std::vector<float>& logits,
                  std::vector<float>* all, class SparseSeq* sparse);
   // The store holds one sequence of n_ctx tokens, appended in chunks of up to max_chunk.
-  // layout: per-layer capacities (kv_layout_for; empty = the model's).
+  // layout: per-stream capacities (kv_layout_for; empty = the model's).
   void make_store(const SketchSpec& sketch, int64_t max_chunk, const std::vector<KvCapacity>& layout = {});
 
   const Model& model_;

@@ -108,6 +108,7 @@ int run(const RunOptions& o) {
                   {"kv_bytes_per_token_full_layers", st.kv_bytes_per_token_full},
                   {"kv_bytes_window_layers_max", st.kv_bytes_window_max},
                   {"n_layers_full", st.n_layers_full}, {"n_layers_window", st.n_layers_window},
+                  {"n_kv_streams_window", st.n_streams_window},
                   {"cached_tokens", st.cached_tokens},
                   {"threads", lm.pool->size()},        {"n_ctx", lm.n_ctx},
                   {"stopped_by_eog", st.stopped_by_eog}, {"model", lm.path}};

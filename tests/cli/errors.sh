@@ -51,6 +51,8 @@ expect_user_error unknown-pull "unknown model" "$SIEVE" pull nosuchmodel
 expect_user_error unknown-policy "policy 'magic'" "$SIEVE" run -m "$tmp/empty.gguf" --policy magic -p hi
 expect_user_error unknown-knob "unknown policy knob 'topk'; knobs: scorer" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect --set topk=5 -p hi
 expect_user_error bad-knob-value "top_k: 'many' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --set top_k=many -p hi
+expect_user_error inline-bad-knob "--policy tokenselect:topk=5: unknown policy knob 'topk'" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect:topk=5 -p hi
+expect_user_error inline-bad-value "top_k: 'x' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect:theta=0.5:top_k=x -p hi
 expect_user_error missing-policy-file "cannot open policy file" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/nope.policy" -p hi
 printf 'policy = stca\nkeep_mass = 2\n' >"$tmp/bad.policy"
 expect_user_error bad-policy-file "line 2: policy knob keep_mass" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/bad.policy" -p hi

@@ -42,8 +42,9 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p) {
   std::string names;
   for (std::string_view n : policy_presets()) names += (names.empty() ? "" : ", ") + std::string(n);
   app.add_option("--policy", p.name,
-                 "attention policy: " + names + " (auto: " + std::string(auto_sparse_preset()) +
-                     " from " + std::to_string(auto_min_prompt()) + " prompt tokens, dense below)");
+                 "attention policy NAME or NAME:key=value:... (as sieve eval): " + names + " (auto: " +
+                     std::string(auto_sparse_preset()) + " from " + std::to_string(auto_min_prompt()) +
+                     " prompt tokens, dense below)");
   app.add_option("--policy-file", p.file, "policy file: JSON object or key = value lines");
   app.add_option("--set", p.sets, "policy knob key=value (repeatable; see docs/sparse.md)");
   app.add_option("--head-plan", p.head_plan,
@@ -66,11 +67,22 @@ LoadedModel load_for_run(const ModelOptions& o) {
 }
 
 PolicyPtr policy_from_flags(const PolicyFlags& p) {
-  Result<PolicyConfig> r = make_policy(p.name);
+  // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set.
+  std::string name = p.name;
+  std::vector<std::string> inline_sets;
+  if (const size_t colon = name.find(':'); colon != std::string::npos) {
+    for (size_t at = colon; at != std::string::npos;) {
+      const size_t next = name.find(':', at + 1);
+      inline_sets.push_back(name.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
+      at = next;
+    }
+    name.resize(colon);
+  }
+  Result<PolicyConfig> r = make_policy(name);
   if (!p.file.empty()) {
     r = load_policy_file(p.file);
-    if (r && p.name != "auto" && p.name != r->preset) {
-      throw UserError("--policy " + p.name + " and the policy file's '" + r->preset +
+    if (r && name != "auto" && name != r->preset) {
+      throw UserError("--policy " + name + " and the policy file's '" + r->preset +
                       "' disagree; give one of them");
     }
   }
@@ -84,6 +96,9 @@ PolicyPtr policy_from_flags(const PolicyFlags& p) {
   }
   for (const std::string& a : p.sets) {
     if (Status st = set_policy_knob(*r, a); !st) throw UserError(st.message());
+  }
+  for (const std::string& a : inline_sets) {
+    if (Status st = set_policy_knob(*r, a); !st) throw UserError("--policy " + p.name + ": " + st.message());
   }
   if (Status st = check_policy_complete(*r); !st) throw UserError(st.message());
   return std::make_shared<const PolicyConfig>(std::move(r.value()));

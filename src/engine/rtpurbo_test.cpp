@@ -402,6 +402,13 @@ TEST(RtPurbo, LocalKvHeadsOfMixedLayersKeepOnlyTheirWindow) {
   EXPECT_EQ(reason, FinishReason::length);
   ASSERT_EQ(got.size(), 4u);
   for (size_t s = 0; s < got.size(); ++s) EXPECT_EQ(got[s], argmax(per_head.logits[s])) << s;
+  // The same prompt again: its prefix comes from the cache, windowed KV heads included.
+  const std::vector<int32_t> first = got;
+  got.clear();
+  (*engine)->submit(p, cb);
+  ASSERT_TRUE((*engine)->wait_idle(std::chrono::seconds(120)));
+  EXPECT_GT((*engine)->kv_stats().n_prefix_hit_tokens, 0);
+  EXPECT_EQ(got, first);
 }
 
 }  // namespace

@@ -58,14 +58,14 @@ Result<std::vector<PolicyPtr>> make_policy_list(std::span<const std::string> ite
   std::vector<PolicyPtr> out;
   bool any_sparse = false;
   for (const std::string& item : items) {
-    const std::vector<std::string> parts = split(item, ':');
-    const std::string& name = parts.front();
+    const PolicyItem parsed = split_policy_item(item);
+    const std::string& name = parsed.name;
     std::vector<std::string> assignments;
     if (name != "dense") {
       any_sparse = true;
       assignments.assign(sets.begin(), sets.end());
     }
-    assignments.insert(assignments.end(), parts.begin() + 1, parts.end());
+    assignments.insert(assignments.end(), parsed.assignments.begin(), parsed.assignments.end());
     auto p = make_policy(name, assignments);
     if (!p) return make_error("--policy {}: {}", item, p.message());
     PolicyPtr ptr = std::make_shared<const PolicyConfig>(std::move(*p));

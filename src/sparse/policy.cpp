@@ -424,6 +424,18 @@ Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::s
   return p;
 }
 
+PolicyItem split_policy_item(std::string_view item) {
+  PolicyItem out;
+  size_t at = item.find(':');
+  out.name = std::string(item.substr(0, at));
+  while (at != std::string_view::npos) {
+    const size_t next = item.find(':', at + 1);
+    out.assignments.emplace_back(item.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
+    at = next;
+  }
+  return out;
+}
+
 Status check_policy_complete(const PolicyConfig& p) {
   if (p.uses_head_plan() && !p.plan) {
     return make_error(

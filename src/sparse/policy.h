@@ -126,6 +126,13 @@ Status set_policy_knob(PolicyConfig& p, std::string_view key, std::string_view v
 Status set_policy_knob(PolicyConfig& p, std::string_view assignment);
 // preset + assignments, in order.
 Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::string> assignments);
+// A policy item as the command line takes it, NAME or NAME:key=value:...: the name, then the
+// assignments in order (not checked here).
+struct PolicyItem {
+  std::string name;
+  std::vector<std::string> assignments;
+};
+PolicyItem split_policy_item(std::string_view item);
 // A policy file: JSON {"policy": NAME, "knob": value, ...} or lines `key = value` (with an
 // optional `policy = NAME` line first; '#' comments). Later knobs override earlier ones.
 Result<PolicyConfig> load_policy_file(const std::string& path);

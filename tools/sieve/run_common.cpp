@@ -68,16 +68,8 @@ LoadedModel load_for_run(const ModelOptions& o) {
 
 PolicyPtr policy_from_flags(const PolicyFlags& p) {
   // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set.
-  std::string name = p.name;
-  std::vector<std::string> inline_sets;
-  if (const size_t colon = name.find(':'); colon != std::string::npos) {
-    for (size_t at = colon; at != std::string::npos;) {
-      const size_t next = name.find(':', at + 1);
-      inline_sets.push_back(name.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
-      at = next;
-    }
-    name.resize(colon);
-  }
+  const PolicyItem item = split_policy_item(p.name);
+  const std::string& name = item.name;
   Result<PolicyConfig> r = make_policy(name);
   if (!p.file.empty()) {
     r = load_policy_file(p.file);
@@ -97,7 +89,7 @@ PolicyPtr policy_from_flags(const PolicyFlags& p) {
   for (const std::string& a : p.sets) {
     if (Status st = set_policy_knob(*r, a); !st) throw UserError(st.message());
   }
-  for (const std::string& a : inline_sets) {
+  for (const std::string& a : item.assignments) {
     if (Status st = set_policy_knob(*r, a); !st) throw UserError("--policy " + p.name + ": " + st.message());
   }
   if (Status st = check_policy_complete(*r); !st) throw UserError(st.message());

@@ -58,11 +58,13 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const int32_t n = c1 - c0;
   if (n <= 0) return;
   const int32_t di = HP.d_idx;
-  // Item it's indexer keys: row j of its KV head's stream, at its head's slot.
+  // Item it's indexer keys: row j of its KV head's stream, at its head's slot. Items come in
+  // KV-head order, so the items of one stream are consecutive (one row lookup per key each).
   std::vector<KvSeqView> svs;
-  std::vector<int32_t> k_off;
+  std::vector<int32_t> k_off, stream;
   for (const Item& item : items) {
-    svs.push_back(kv_.seq_view(e.seq, stream_of(il, item.h)));
+    stream.push_back(stream_of(il, item.h));
+    svs.push_back(kv_.seq_view(e.seq, stream.back()));
     k_off.push_back(head_in_stream(item.h) * di);
   }
   const int32_t n_items = static_cast<int32_t>(items.size());
@@ -81,8 +83,10 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   rt_logits_.resize(static_cast<size_t>(n_items) * n);
   pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
     for (int64_t j = a; j < z; ++j) {
+      const float* krow = nullptr;
       for (int32_t it = 0; it < n_items; ++it) {
-        const float* k = svs[it].sketch(static_cast<int32_t>(c0 + j)) + k_off[it];
+        if (it == 0 || stream[it] != stream[it - 1]) krow = svs[it].sketch(static_cast<int32_t>(c0 + j));
+        const float* k = krow + k_off[it];
         const float* q = qi.data() + int64_t{it} * di;
         float s = 0;
         for (int32_t c = 0; c < di; ++c) s += q[c] * k[c];

@@ -12,8 +12,8 @@ int32_t layout_groups(const std::vector<KvCapacity>& layout, const ModelHParams&
 }
 
 const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp, int32_t il, int32_t h) {
-  const int32_t G = layout_groups(layout, hp);
-  return G == 1 ? layout[il] : layout[static_cast<size_t>(il) * G + h * G / hp.n_head_kv];
+  const int32_t G = layout_groups(layout, hp);  // 1 or n_head_kv
+  return G == 1 ? layout[il] : layout[static_cast<size_t>(il) * G + h];
 }
 
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,

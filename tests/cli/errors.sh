@@ -39,7 +39,15 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
     --policies dense,tokenselect:theta=abc
   expect_user_error bench-head-plan-alone "head-plan" "$SIEVE" bench -m "$MODEL" --lengths 64 \
     --n-decode 1 --policies dense,tokenselect --head-plan "$tmp/none.json"
+  # --backend cuda: a machine without a GPU (CI) says so; with one, a policy the GPU path lacks is named
+  if ! nvidia-smi -L >/dev/null 2>&1; then
+    expect_user_error cuda-no-device "\\(no CUDA device is visible\\|built without CUDA\\)" "$SIEVE" run -m "$MODEL" --backend cuda -p hi -n 1
+  else
+    expect_user_error cuda-policy "policy 'h2o' does not run on the CUDA backend" "$SIEVE" run -m "$MODEL" \
+      --backend cuda --policy h2o -p hi -n 1
+  fi
 fi
+expect_user_error bad-backend "tpu not in" "$SIEVE" run -m "$tmp/no-such.gguf" --backend tpu -p hi
 printf 'GGUF' >"$tmp/short.gguf"
 expect_user_error truncated-header "short.gguf" "$SIEVE" inspect "$tmp/short.gguf"
 printf 'NOPE0000000000000000000000000000' >"$tmp/magic.gguf"

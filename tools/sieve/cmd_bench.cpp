@@ -22,7 +22,9 @@
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
 #include "eval/policies.h"
+#include "backend.h"
 #include "bench_engine.h"
+#include "bench_gpu.h"
 #include "model_cache.h"
 #include "run_common.h"
 
@@ -46,6 +48,7 @@ struct BenchOptions {
   int32_t prefix_len = 4096;
   std::vector<int32_t> concurrency = {1, 8};
   int32_t conc_prompt = 512;
+  std::string backend = "cpu";
 };
 
 void reserve_or_throw(KvStore& kv, KvSeqId seq, std::span<const int32_t> tokens) {
@@ -94,6 +97,11 @@ int run(BenchOptions o) {
       o.dense_prefill.empty() ? nullptr : policy_from_flags(PolicyFlags{o.dense_prefill, "", {}, ""});
 
   nlohmann::json results = nlohmann::json::array();
+  std::string device = cpu_features_string();
+  if (o.backend == "cuda") {
+    run_gpu_bench(model, prompt, policies, GpuBenchOptions{o.lengths, o.n_decode, o.reps, o.warmup}, results, device);
+    o.threads.clear();
+  }
   for (int32_t nt : o.threads) {
    ThreadPool pool(nt);
    for (const PolicyPtr& policy : policies) {
@@ -206,7 +214,8 @@ int run(BenchOptions o) {
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   nlohmann::json j = {{"engine", "sieve"},       {"model", lm.path},     {"arch", model.hp.arch},
                       {"n_batch", o.n_batch},    {"reps", o.reps},       {"date", date},
-                      {"cpu_features", cpu_features_string()},          {"results", results}};
+                      {"cpu_features", cpu_features_string()},          {"backend", o.backend},
+                      {"device", device},                               {"results", results}};
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -227,6 +236,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--dense-prefill", o->dense_prefill,
                  "prefill the dense rows with this policy to save time at long lengths; dense decode "
                  "reads every key whatever they hold, so its decode speed is unchanged");
+  add_backend_flag(app, o->backend);
   app.add_flag("--engine", o->engine,
                "engine core instead: repeated-prompt prefix hit and N concurrent sequences");
   app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")->check(CLI::Range(16, 1 << 20));

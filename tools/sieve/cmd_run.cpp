@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend.h"
 #include "command.h"
 #include "core/log.h"
 #include "engine/generate.h"
@@ -23,6 +24,7 @@ struct RunOptions {
   SamplingFlags sampling;
   PolicyFlags policy;
   bool json = false;
+  std::string backend = "cpu";
 };
 
 // Holds back an incomplete UTF-8 sequence at the end so that streamed text never splits a
@@ -71,10 +73,9 @@ int run(const RunOptions& o) {
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
   }
-  Generator gen(*lm.model, *lm.pool, lm.n_ctx);
   std::string out, pending;
   std::vector<int32_t> out_ids;
-  auto r = gen.generate(ids, g, [&](int32_t t) {
+  auto on_token = [&](int32_t t) {
     out_ids.push_back(t);
     const std::string piece = tok.token_to_piece(t);
     out += piece;
@@ -86,9 +87,19 @@ int run(const RunOptions& o) {
       pending.erase(0, n);
     }
     return true;
-  });
-  if (!r) throw UserError(r.message());
-  const GenerateStats& st = *r;
+  };
+  GenerateStats st;
+  std::string device = "cpu";
+  if (o.backend == "cuda") {
+    GpuRunner gpu(*lm.model, lm.n_ctx);
+    st = gpu.generate(ids, g, on_token);
+    device = gpu.device();
+  } else {
+    Generator gen(*lm.model, *lm.pool, lm.n_ctx);
+    auto r = gen.generate(ids, g, on_token);
+    if (!r) throw UserError(r.message());
+    st = *r;
+  }
   if (o.json) {
     nlohmann::json j;
     j["text"] = out;
@@ -111,6 +122,7 @@ int run(const RunOptions& o) {
                   {"n_kv_streams_window", st.n_streams_window},
                   {"cached_tokens", st.cached_tokens},
                   {"threads", lm.pool->size()},        {"n_ctx", lm.n_ctx},
+                  {"backend", o.backend},              {"device", device},
                   {"stopped_by_eog", st.stopped_by_eog}, {"model", lm.path}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
@@ -118,15 +130,17 @@ int run(const RunOptions& o) {
     std::printf("\n");
     std::fflush(stdout);
     if (log_level() <= LogLevel::info) {
+      const std::string where = o.backend == "cuda" ? device : std::to_string(lm.pool->size()) + " threads";
       std::fprintf(stderr,
                    "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
                    "(%.1f tok/s) | KV %.1f MiB | policy %s | read %.1f%% of KV, cache hits %.0f%%, "
-                   "evicted %lld, prefill rows %.1f%% | %d threads\n",
+                   "evicted %lld, prefill rows %.1f%% | %s\n",
                    static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
                    static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
                    st.kv_bytes / 1048576.0, st.policy.c_str(), 100.0 * st.sparse.selected_fraction(),
                    100.0 * st.sparse.hit_rate(), static_cast<long long>(st.sparse.tokens_evicted),
-                   100.0 * st.sparse.prefill_row_fraction(), lm.pool->size());
+                   100.0 * st.sparse.prefill_row_fraction(),
+                   where.c_str());
     }
   }
   return 0;
@@ -141,6 +155,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("-n,--n-predict", o->n_predict, "max tokens to generate")->check(CLI::Range(0, 1 << 20));
   add_sampling_flags(app, o->sampling);
   add_policy_flags(app, o->policy);
+  add_backend_flag(app, o->backend);
   app.add_flag("--json", o->json, "print one JSON object on stdout instead of streaming text");
   return [o]() { return run(*o); };
 }

@@ -1,0 +1,72 @@
+#include "gpu/gpu_generate.h"
+
+#include <chrono>
+
+#include "engine/sampler.h"
+
+namespace sieve {
+
+Result<GpuPolicy> gpu_policy_for(const PolicyPtr& policy, int64_t prompt_tokens) {
+  if (!policy) return GpuPolicy{};
+  const PolicyConfig p = policy->preset == "auto" ? resolve_auto(*policy, prompt_tokens) : *policy;
+  return gpu_policy_from(p);
+}
+
+Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, std::span<const int32_t> prompt,
+                                      const GenerateOptions& opt, const std::function<bool(int32_t)>& on_token) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  if (prompt.empty()) return make_error("the prompt is empty");
+  if (static_cast<int64_t>(prompt.size()) > session.max_ctx()) {
+    return make_error("the prompt has {} tokens, more than the context of {}; use a larger --ctx-size or a shorter prompt",
+                      prompt.size(), session.max_ctx());
+  }
+  session.reset();
+  GenerateStats st;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
+  st.policy = session.policy().name;
+  std::vector<float> logits;
+  const auto t0 = clock::now();
+  for (size_t i = 0; i < prompt.size(); i += GpuSession::max_chunk()) {
+    const size_t n = std::min<size_t>(GpuSession::max_chunk(), prompt.size() - i);
+    SIEVE_TRY(session.step(prompt.subspan(i, n), logits));
+    if (opt.on_prefill_progress) opt.on_prefill_progress(static_cast<int64_t>(i + n), st.prompt_tokens);
+  }
+  const auto t1 = clock::now();
+  st.prefill_ms = ms(t0, t1);
+  Sampler sampler(opt.sampling);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  const GpuStats prefill_stats = session.stats();
+  auto t_dec = clock::now();
+  for (int32_t i = 0; i < opt.n_predict; ++i) {
+    const int32_t t = sampler.sample(logits, history);
+    history.push_back(t);
+    ++st.completion_tokens;
+    if (opt.stop_at_eog && model.tokenizer->is_eog(t)) {
+      st.stopped_by_eog = true;
+      break;
+    }
+    if (!on_token(t)) break;
+    if (i + 1 == opt.n_predict || session.n_tokens() >= session.max_ctx()) break;
+    const int32_t one[1] = {t};
+    SIEVE_TRY(session.step(one, logits));
+  }
+  st.decode_ms = ms(t_dec, clock::now());
+  const GpuStats& gs = session.stats();
+  st.kv_bytes = session.kv_bytes();
+  st.n_layers_full = model.hp.n_layer;
+  st.kv_bytes_per_token_full = int64_t{model.hp.kv_dim()} * 2 * 2 * model.hp.n_layer;
+  const int64_t layer_steps = gs.sparse_layer_steps + gs.dense_layer_steps -
+                              (prefill_stats.sparse_layer_steps + prefill_stats.dense_layer_steps);
+  st.sparse.layer_steps = layer_steps;
+  st.sparse.selected_tokens = static_cast<int64_t>(gs.keys_read - prefill_stats.keys_read);
+  st.sparse.context_tokens = static_cast<int64_t>(gs.keys_total - prefill_stats.keys_total);
+  st.sparse.selections = gs.sparse_layer_steps - prefill_stats.sparse_layer_steps;
+  st.sparse.bytes_read = st.sparse.selected_tokens * int64_t{model.hp.kv_dim()} * 2 * 2;
+  st.sparse.kv_bytes_held = st.kv_bytes;
+  return st;
+}
+
+}  // namespace sieve

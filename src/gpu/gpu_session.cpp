@@ -1,0 +1,606 @@
+#include "gpu/gpu_session.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/model_ops.h"
+#include "backend/cpu/matmul.h"
+
+namespace sieve {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int32_t k_page = 16;
+
+Status cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return make_error("cuda: {}: {}", what, cudaGetErrorString(e));
+}
+Status cublas_check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return {};
+  return make_error("cublas: {}: status {}", what, static_cast<int>(s));
+}
+
+// Device allocation freed with the session.
+struct DevMem {
+  std::vector<void*> ptrs;
+  int64_t bytes = 0;
+  ~DevMem() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <class T>
+  Result<T*> alloc(int64_t n, const char* what) {
+    void* p = nullptr;
+    const int64_t b = std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(T));
+    const cudaError_t e = cudaMalloc(&p, b);
+    if (e != cudaSuccess) {
+      return make_error("cuda: cannot allocate {} MiB for {} ({}); use a smaller --ctx-size",
+                        b >> 20, what, cudaGetErrorString(e));
+    }
+    ptrs.push_back(p);
+    bytes += b;
+    return static_cast<T*>(p);
+  }
+};
+
+// Rows of weight matrices dequantized and stacked into one bf16 matrix [sum rows, n_cols].
+Result<bf16*> upload_stacked(DevMem& mem, std::initializer_list<const WeightView*> ws, const char* what) {
+  const int64_t cols = (*ws.begin())->n_cols;
+  int64_t rows = 0;
+  for (const WeightView* w : ws) {
+    if (w->n_cols != cols) return make_error("gpu: {}: stacked matrices differ in width", what);
+    rows += w->n_rows;
+  }
+  auto dst = mem.alloc<bf16>(rows * cols, what);
+  if (!dst) return dst.error();
+  std::vector<float> row(cols);
+  std::vector<bf16> host(std::min<int64_t>(rows, 4096) * cols);
+  int64_t r0 = 0;
+  for (const WeightView* w : ws) {
+    for (int64_t r = 0; r < w->n_rows;) {
+      const int64_t n = std::min<int64_t>(w->n_rows - r, 4096);
+      for (int64_t i = 0; i < n; ++i) {
+        get_row(*w, r + i, row.data());
+        for (int64_t c = 0; c < cols; ++c) host[i * cols + c] = __float2bfloat16(row[c]);
+      }
+      SIEVE_TRY(cuda_check(cudaMemcpy(*dst + (r0 + r) * cols, host.data(), n * cols * sizeof(bf16),
+                                      cudaMemcpyHostToDevice), what));
+      r += n;
+    }
+    r0 += w->n_rows;
+  }
+  return *dst;
+}
+
+Result<float*> upload_vec(DevMem& mem, const float* v, int64_t n, const char* what) {
+  if (v == nullptr) return static_cast<float*>(nullptr);
+  auto dst = mem.alloc<float>(n, what);
+  if (!dst) return dst.error();
+  SIEVE_TRY(cuda_check(cudaMemcpy(*dst, v, n * sizeof(float), cudaMemcpyHostToDevice), what));
+  return *dst;
+}
+
+struct GpuLayer {
+  bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+  float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  float *post_attn = nullptr, *post_ffn = nullptr;
+  bf16 *k = nullptr, *v = nullptr;  // [n_pages, k_page, n_kv, d]
+};
+
+}  // namespace
+
+bool gpu_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
+  GpuPolicy g;
+  g.name = p.preset;
+  if (p.is_dense()) return g;
+  if (p.preset != "tokenselect" || p.scorer != ScorerKind::exact) {
+    return make_error(
+        "policy '{}' does not run on the CUDA backend yet: it runs dense and tokenselect "
+        "(use --backend cpu for the others)",
+        p.preset);
+  }
+  if (p.aggregation != AggregationKind::soft_vote || p.top_p > 0 || p.block != 1 || p.pool_kernel > 1 ||
+      p.raw_logits || p.positions == PositionMode::compact || p.evicts() || p.drops_prefill() ||
+      p.min_context > 0 || p.top_k <= 0) {
+    return make_error(
+        "tokenselect on the CUDA backend runs the soft vote with a top_k budget, token blocks, "
+        "original positions and no selection cache reuse; these knobs differ: {} (use --backend cpu)",
+        p.describe());
+  }
+  g.sparse = true;
+  g.layer_vote = p.scope == VoteScope::layer;
+  g.top_k = p.top_k;
+  g.sinks = p.sinks;
+  g.local = p.local;
+  return g;
+}
+
+struct GpuSession::Impl {
+  const Model* model = nullptr;
+  ModelHParams hp;
+  GpuPolicy pol;
+  int32_t max_ctx = 0, n_pages = 0, n_tok = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cuda::device_facts dev;
+  cudaDeviceProp prop{};
+  DevMem mem;
+  int64_t weight_bytes = 0;
+  GpuStats stats;
+
+  bf16* tok_embd = nullptr;
+  bf16* output = nullptr;
+  float* output_norm = nullptr;
+  std::vector<GpuLayer> layers;
+
+  // activations for up to max_chunk() tokens
+  float *h = nullptr, *qkv = nullptr, *tmp = nullptr, *gu = nullptr, *logits = nullptr;
+  bf16 *xb = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *act = nullptr;
+  // attention workspaces
+  float *ws_o = nullptr, *ws_ml = nullptr;
+  uint32_t* ws_cnt = nullptr;
+  float *sc_logits = nullptr, *sc_stats = nullptr, *scores = nullptr;
+  uint8_t* sel_ws = nullptr;
+  int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
+  int64_t score_stride = 0;
+  int32_t max_score_chunks = 0;
+  // per-step inputs: one pinned host block copied to one device block
+  // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | slot int64[C] | ids[C] | pos[C]
+  int32_t* io_host = nullptr;
+  int32_t* io_dev = nullptr;
+  int32_t* page_idx = nullptr;
+  float* logits_host = nullptr;
+
+  static constexpr int64_t io_words() { return 8 + 2 * max_chunk() + 2 * max_chunk(); }
+  int64_t* slot_host() { return reinterpret_cast<int64_t*>(io_host + 8); }
+  int32_t* ids_host() { return io_host + 8 + 2 * max_chunk(); }
+  int32_t* pos_host() { return ids_host() + max_chunk(); }
+  const int32_t* indptr_dev() const { return io_dev; }
+  const int32_t* last_dev() const { return io_dev + 2; }
+  const int32_t* seqlen_dev() const { return io_dev + 3; }
+  const int32_t* qo_dev() const { return io_dev + 4; }
+  const int64_t* slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + 8); }
+  const int32_t* ids_dev() const { return io_dev + 8 + 2 * max_chunk(); }
+  const int32_t* pos_dev() const { return ids_dev() + max_chunk(); }
+
+  ~Impl() {
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);
+    if (io_host) cudaFreeHost(io_host);
+    if (logits_host) cudaFreeHost(logits_host);
+  }
+
+  Status init(const Model& m, int32_t ctx, const GpuPolicy& p);
+  Status gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y);
+  Status attention(int il, int32_t n, int32_t len);
+  Status run(std::span<const int32_t> tokens, std::vector<float>& logits);
+  cuda::paged_kv kv_view(int il) const;
+};
+
+Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
+  model = &m;
+  hp = m.hp;
+  pol = p;
+  if (!gpu_available()) return make_error("--backend cuda: no CUDA device is visible (use --backend cpu)");
+  for (LayerKind k : hp.layer_kind) {
+    if (k != LayerKind::full) {
+      return make_error(
+          "--backend cuda: this model has sliding-window layers, which the CUDA backend does not run yet "
+          "(it runs models whose layers all attend fully, e.g. SmolLM2); use --backend cpu");
+    }
+  }
+  if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
+    return make_error("--backend cuda: head_dim {} is not supported (64, 128 or 256)", hp.head_dim);
+  }
+  if (hp.n_gqa() > 8) return make_error("--backend cuda: {} query heads per KV head (at most 8)", hp.n_gqa());
+  if (hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim) return make_error("--backend cuda: n_rot {}", hp.n_rot);
+  if (ctx <= 0) return make_error("--backend cuda: context size {} must be positive", ctx);
+  max_ctx = ctx;
+  n_pages = (ctx + k_page - 1) / k_page;
+  SIEVE_TRY(cuda_check(cudaGetDeviceProperties(&prop, 0), "device properties"));
+  auto d = cuda::current_device();
+  if (!d) return d.error();
+  dev = *d;
+  SIEVE_TRY(cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream"));
+  SIEVE_TRY(cublas_check(cublasCreate(&blas), "create"));
+  SIEVE_TRY(cublas_check(cublasSetStream(blas, stream), "stream"));
+
+  const ModelWeights& w = m.w;
+  const int64_t E = hp.n_embd;
+  {
+    auto t = upload_stacked(mem, {&w.tok_embd}, "token embeddings");
+    if (!t) return t.error();
+    tok_embd = *t;
+  }
+  if (w.output.data == w.tok_embd.data && w.output.type == w.tok_embd.type) {
+    output = tok_embd;
+  } else {
+    auto t = upload_stacked(mem, {&w.output}, "output matrix");
+    if (!t) return t.error();
+    output = *t;
+  }
+  {
+    auto t = upload_vec(mem, w.output_norm, E, "output norm");
+    if (!t) return t.error();
+    output_norm = *t;
+  }
+  layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& L = w.layers[il];
+    GpuLayer& G = layers[il];
+    auto a = upload_stacked(mem, {&L.wq, &L.wk, &L.wv}, "attention q/k/v");
+    if (!a) return a.error();
+    G.wqkv = *a;
+    auto b = upload_stacked(mem, {&L.wo}, "attention output");
+    if (!b) return b.error();
+    G.wo = *b;
+    auto c = upload_stacked(mem, {&L.w_gate, &L.w_up}, "ffn gate/up");
+    if (!c) return c.error();
+    G.wgu = *c;
+    auto dn = upload_stacked(mem, {&L.w_down}, "ffn down");
+    if (!dn) return dn.error();
+    G.wdown = *dn;
+    struct V {
+      float** dst;
+      const float* src;
+      int64_t n;
+    };
+    for (const V& v : {V{&G.attn_norm, L.attn_norm, E}, V{&G.ffn_norm, L.ffn_norm, E},
+                       V{&G.q_norm, hp.qk_norm ? L.q_norm : nullptr, hp.head_dim},
+                       V{&G.k_norm, hp.qk_norm ? L.k_norm : nullptr, hp.head_dim},
+                       V{&G.post_attn, hp.post_norms ? L.post_attn_norm : nullptr, E},
+                       V{&G.post_ffn, hp.post_norms ? L.post_ffn_norm : nullptr, E}}) {
+      auto t = upload_vec(mem, v.src, v.n, "norm weights");
+      if (!t) return t.error();
+      *v.dst = *t;
+    }
+  }
+  weight_bytes = mem.bytes;
+
+  const int64_t kvd = hp.kv_dim();
+  for (GpuLayer& G : layers) {
+    auto k = mem.alloc<bf16>(int64_t{n_pages} * k_page * kvd, "the K cache");
+    if (!k) return k.error();
+    auto v = mem.alloc<bf16>(int64_t{n_pages} * k_page * kvd, "the V cache");
+    if (!v) return v.error();
+    G.k = *k;
+    G.v = *v;
+  }
+  const int64_t C = max_chunk(), qd = hp.q_dim(), F = hp.n_ff;
+  const int64_t qkv_w = qd + 2 * kvd;
+  auto fl = [&](float*& dst, int64_t n, const char* what) -> Status {
+    auto t = mem.alloc<float>(n, what);
+    if (!t) return t.error();
+    dst = *t;
+    return {};
+  };
+  auto bh = [&](bf16*& dst, int64_t n, const char* what) -> Status {
+    auto t = mem.alloc<bf16>(n, what);
+    if (!t) return t.error();
+    dst = *t;
+    return {};
+  };
+  SIEVE_TRY(fl(h, C * E, "activations"));
+  SIEVE_TRY(fl(qkv, C * qkv_w, "activations"));
+  SIEVE_TRY(fl(tmp, C * E, "activations"));
+  SIEVE_TRY(fl(gu, C * 2 * F, "activations"));
+  SIEVE_TRY(fl(logits, hp.n_vocab, "logits"));
+  SIEVE_TRY(bh(xb, C * std::max<int64_t>(E, qd), "activations"));
+  SIEVE_TRY(bh(q, C * qd, "activations"));
+  SIEVE_TRY(bh(k, C * kvd, "activations"));
+  SIEVE_TRY(bh(v, C * kvd, "activations"));
+  SIEVE_TRY(bh(o, C * qd, "activations"));
+  SIEVE_TRY(bh(act, C * F, "activations"));
+  // split-K workspaces: decode (<= 256 splits) and prefill (<= 8 splits of a chunk)
+  const int64_t G = hp.n_gqa();
+  const int64_t dec_o = cuda::decode_ws_o_floats(1, hp.n_head_kv, 256, static_cast<int32_t>(G), hp.head_dim);
+  const int64_t pre_o = 8 * C * qd;
+  SIEVE_TRY(fl(ws_o, std::max(dec_o, pre_o), "attention workspace"));
+  SIEVE_TRY(fl(ws_ml, std::max(cuda::decode_ws_ml_floats(1, hp.n_head_kv, 256, static_cast<int32_t>(G)),
+                               8 * C * hp.n_head * 2),
+               "attention workspace"));
+  auto cnt = mem.alloc<uint32_t>(hp.n_head_kv, "attention workspace");
+  if (!cnt) return cnt.error();
+  ws_cnt = *cnt;
+  SIEVE_TRY(cuda_check(cudaMemset(ws_cnt, 0, hp.n_head_kv * sizeof(uint32_t)), "memset"));
+  if (pol.sparse) {
+    score_stride = cuda::score_row_stride(max_ctx);
+    max_score_chunks = (max_ctx + 511) / 512 + 1;
+    SIEVE_TRY(fl(sc_logits, hp.n_head_kv * G * score_stride, "selection scores"));
+    SIEVE_TRY(fl(sc_stats, int64_t{hp.n_head_kv} * max_score_chunks * G * 2, "selection scores"));
+    SIEVE_TRY(fl(scores, (hp.n_head_kv + 1) * score_stride, "selection scores"));
+    auto ws = mem.alloc<uint8_t>(cuda::select_ws_bytes(hp.n_head_kv, max_ctx), "selection workspace");
+    if (!ws) return ws.error();
+    sel_ws = *ws;
+    auto si = mem.alloc<int32_t>(int64_t{hp.n_head_kv} * pol.top_k, "selection");
+    if (!si) return si.error();
+    sel_idx = *si;
+    auto sc = mem.alloc<int32_t>(hp.n_head_kv, "selection");
+    if (!sc) return sc.error();
+    sel_cnt = *sc;
+  }
+  auto pi = mem.alloc<int32_t>(n_pages, "page table");
+  if (!pi) return pi.error();
+  page_idx = *pi;
+  {
+    std::vector<int32_t> ix(n_pages);
+    for (int32_t i = 0; i < n_pages; ++i) ix[i] = i;
+    SIEVE_TRY(cuda_check(cudaMemcpy(page_idx, ix.data(), n_pages * sizeof(int32_t), cudaMemcpyHostToDevice),
+                         "page table"));
+  }
+  auto io = mem.alloc<int32_t>(io_words(), "step inputs");
+  if (!io) return io.error();
+  io_dev = *io;
+  SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&io_host), io_words() * sizeof(int32_t)), "pinned memory"));
+  SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host), hp.n_vocab * sizeof(float)), "pinned memory"));
+  std::memset(io_host, 0, io_words() * sizeof(int32_t));
+  return cuda_check(cudaDeviceSynchronize(), "upload");
+}
+
+// y [n, out] = x [n, in] . W[out, in]^T (row-major), fp32 accumulation.
+Status GpuSession::Impl::gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y) {
+  const float one = 1.f, zero = 0.f;
+  return cublas_check(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), n, static_cast<int>(in),
+                                   &one, w, CUDA_R_16BF, static_cast<int>(in), x, CUDA_R_16BF,
+                                   static_cast<int>(in), &zero, y, CUDA_R_32F, static_cast<int>(out),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "gemm");
+}
+
+cuda::paged_kv GpuSession::Impl::kv_view(int il) const {
+  cuda::paged_kv kv;
+  kv.k = layers[il].k;
+  kv.v = layers[il].v;
+  kv.pages.indptr = indptr_dev();
+  kv.pages.indices = page_idx;
+  kv.pages.last_page_len = last_dev();
+  kv.pages.batch = 1;
+  kv.pages.page_size = k_page;
+  kv.n_kv_heads = hp.n_head_kv;
+  kv.head_dim = hp.head_dim;
+  kv.type = cuda::dtype::bf16;
+  return kv;
+}
+
+// Attention of the n newest tokens (K/V appended; the sequence holds len tokens) into o.
+Status GpuSession::Impl::attention(int il, int32_t n, int32_t len) {
+  const cuda::launch_cfg lc{stream, true};
+  const int32_t G = hp.n_gqa();
+  if (n > 1) {
+    cuda::prefill_params p;
+    p.kv = kv_view(il);
+    p.q = q;
+    p.qo_indptr = qo_dev();
+    p.n_q_heads = hp.n_head;
+    p.max_q = n;
+    p.total_q = n;
+    p.scale = hp.attn_scale;
+    p.o = o;
+    const int ctas = ((n * G + 63) / 64) * hp.n_head_kv;
+    p.n_splits = std::clamp(2 * dev.n_sm / ctas + 1, 1, 8);
+    p.ws_o = ws_o;
+    p.ws_ml = ws_ml;
+    return cuda::prefill_attention(p, lc);
+  }
+  cuda::decode_params a;
+  a.kv = kv_view(il);
+  a.q = q;
+  a.n_q_heads = hp.n_head;
+  a.scale = hp.attn_scale;
+  a.o = o;
+  a.ws_o = ws_o;
+  a.ws_ml = ws_ml;
+  a.ws_counter = ws_cnt;
+  const int64_t selectable = int64_t{len} - pol.sinks - (pol.local + 1);
+  const bool sparse = pol.sparse && selectable > pol.top_k;
+  stats.keys_total += len;
+  if (!sparse) {
+    a.n_splits = cuda::decode_splits(hp.n_head_kv, len, dev.n_sm, hp.head_dim);
+    ++stats.dense_layer_steps;
+    stats.keys_read += len;
+    return cuda::decode_attention(a, lc);
+  }
+  // TokenSelect: exact paged q.K -> per-head softmax summed (soft vote) -> top-k -> attention
+  const int32_t rows = hp.n_head_kv;
+  const int32_t sel_rows = pol.layer_vote ? 1 : rows;
+  cuda::select_budget bu;
+  bu.k_max = pol.top_k;
+  bu.lo = pol.sinks;
+  bu.tail = pol.local + 1;
+  cuda::select_params sel;
+  sel.score_stride = score_stride;
+  sel.seq_len = seqlen_dev();
+  sel.rows_per_seq = sel_rows;
+  sel.n_rows = sel_rows;
+  sel.budget = bu;
+  sel.ws.base = sel_ws;
+  sel.ws.n_rows = rows;
+  sel.ws.max_tiles = cuda::select_max_tiles(max_ctx);
+  sel.out_idx = sel_idx;
+  sel.out_stride = pol.top_k;
+  sel.out_count = sel_cnt;
+
+  const int32_t chunk = std::max(512, cuda::score_chunk_tokens(rows, len, dev.n_sm));
+  const int32_t n_chunks = (len + chunk - 1) / chunk;
+  if (n_chunks > max_score_chunks) return make_error("gpu: {} score chunks exceed the workspace", n_chunks);
+  cuda::decode_params s = a;
+  s.logits = sc_logits;
+  s.logit_stride = score_stride;
+  s.stats = sc_stats;
+  s.chunk_tokens = chunk;
+  s.n_splits = n_chunks;
+  s.zero_ws = pol.layer_vote ? nullptr : sel_ws;
+  s.zero_bytes = cuda::select_ws_header_bytes();
+  SIEVE_TRY(cuda::score_exact(s, lc));
+  cuda::soft_vote_params vt;
+  vt.logits = sc_logits;
+  vt.logit_stride = score_stride;
+  vt.stats = sc_stats;
+  vt.n_chunks = n_chunks;
+  vt.G = G;
+  vt.n_rows = rows;
+  vt.max_len = len;
+  vt.scores = scores;
+  vt.score_stride = score_stride;
+  vt.hist.seq_len = seqlen_dev();
+  vt.hist.rows_per_seq = rows;
+  vt.hist.budget = bu;
+  if (!pol.layer_vote) vt.hist.ws = sel.ws;
+  SIEVE_TRY(cuda::soft_vote(vt, lc));
+  if (pol.layer_vote) {
+    float* summed = scores + int64_t{rows} * score_stride;
+    SIEVE_TRY(cuda_check(cuda::launch_sum_rows(scores, score_stride, rows, len, 1, summed, stream), "sum_rows"));
+    sel.scores = summed;
+    SIEVE_TRY(cuda::select(sel, false, lc));
+  } else {
+    sel.scores = scores;
+    SIEVE_TRY(cuda::select(sel, true, lc));
+  }
+  a.set.sel_idx = sel_idx;
+  a.set.sel_count = sel_cnt;
+  a.set.sel_stride = pol.top_k;
+  a.set.sel_heads = sel_rows;
+  a.set.n_sink = pol.sinks;
+  a.set.n_window = pol.local;
+  const int32_t list = pol.top_k + pol.sinks + pol.local + 1;
+  a.n_splits = cuda::decode_splits(hp.n_head_kv, list, dev.n_sm, hp.head_dim);
+  ++stats.sparse_layer_steps;
+  stats.selected += pol.top_k;
+  stats.keys_read += list;
+  return cuda::decode_attention(a, lc);
+}
+
+Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>& out) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  if (n <= 0) return make_error("gpu: empty step");
+  if (n > max_chunk()) return make_error("gpu: a step of {} tokens exceeds the chunk of {}", n, max_chunk());
+  if (n_tok + n > max_ctx) {
+    return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
+                      n_tok + n, max_ctx);
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= hp.n_vocab) return make_error("gpu: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
+  }
+  const int32_t len = n_tok + n;
+  io_host[0] = 0;
+  io_host[1] = (len + k_page - 1) / k_page;
+  io_host[2] = len - (io_host[1] - 1) * k_page;
+  io_host[3] = len;
+  io_host[4] = 0;
+  io_host[5] = n;
+  for (int32_t i = 0; i < n; ++i) {
+    slot_host()[i] = n_tok + i;
+    ids_host()[i] = tokens[i];
+    pos_host()[i] = n_tok + i;
+  }
+  SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, io_words() * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+                       "step inputs"));
+  const cuda::launch_cfg lc{stream, true};
+  const int32_t E = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim(), F = hp.n_ff;
+  SIEVE_TRY(cuda_check(cuda::launch_embed(tok_embd, ids_dev(), n, E, hp.embd_scale, h, stream), "embed"));
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const GpuLayer& L = layers[il];
+    SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h, L.attn_norm, hp.rms_eps, n, E, xb, true, stream), "norm"));
+    SIEVE_TRY(gemm(L.wqkv, qd + 2 * kvd, E, xb, n, qkv));
+    cuda::qkv_rope_params rp;
+    rp.qkv = qkv;
+    rp.pos = pos_dev();
+    rp.q_norm = L.q_norm;
+    rp.k_norm = L.k_norm;
+    rp.eps = hp.rms_eps;
+    rp.n_head = hp.n_head;
+    rp.n_kv = hp.n_head_kv;
+    rp.head_dim = hp.head_dim;
+    rp.n_rot = hp.n_rot;
+    rp.base = hp.rope_base[il];
+    rp.neox = hp.rope_mode == RopeMode::neox;
+    rp.q = q;
+    rp.k = k;
+    rp.v = v;
+    SIEVE_TRY(cuda_check(cuda::launch_qkv_rope(rp, n, stream), "qkv_rope"));
+    cuda::kv_append_params ap;
+    ap.k = L.k;
+    ap.v = L.v;
+    ap.k_new = k;
+    ap.v_new = v;
+    ap.slot = slot_dev();
+    ap.n_new = n;
+    ap.n_kv_heads = hp.n_head_kv;
+    ap.head_dim = hp.head_dim;
+    ap.page_size = k_page;
+    ap.type = cuda::dtype::bf16;
+    SIEVE_TRY(cuda::kv_append(ap, lc));
+    SIEVE_TRY(attention(il, n, len));
+    SIEVE_TRY(gemm(L.wo, E, qd, o, n, tmp));
+    SIEVE_TRY(cuda_check(cuda::launch_residual_add(h, tmp, L.post_attn, hp.rms_eps, n, E, stream), "residual"));
+    SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h, L.ffn_norm, hp.rms_eps, n, E, xb, true, stream), "norm"));
+    SIEVE_TRY(gemm(L.wgu, 2 * int64_t{F}, E, xb, n, gu));
+    SIEVE_TRY(cuda_check(cuda::launch_glu(gu, n, F, hp.act != FfnAct::silu, act, stream), "glu"));
+    SIEVE_TRY(gemm(L.wdown, E, F, act, n, tmp));
+    SIEVE_TRY(cuda_check(cuda::launch_residual_add(h, tmp, L.post_ffn, hp.rms_eps, n, E, stream), "residual"));
+  }
+  SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h + int64_t{n - 1} * E, output_norm, hp.rms_eps, 1, E, xb, true, stream),
+                       "norm"));
+  SIEVE_TRY(gemm(output, hp.n_vocab, E, xb, 1, logits));
+  SIEVE_TRY(cuda_check(cudaMemcpyAsync(logits_host, logits, hp.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                       "logits"));
+  SIEVE_TRY(cuda_check(cudaStreamSynchronize(stream), "forward"));
+  n_tok = len;
+  ++stats.steps;
+  out.assign(logits_host, logits_host + hp.n_vocab);
+  return {};
+}
+
+GpuSession::GpuSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuSession::~GpuSession() = default;
+
+Result<std::unique_ptr<GpuSession>> GpuSession::create(const Model& model, int32_t max_ctx, const GpuPolicy& policy) {
+  auto impl = std::make_unique<Impl>();
+  SIEVE_TRY(impl->init(model, max_ctx, policy));
+  return std::unique_ptr<GpuSession>(new GpuSession(std::move(impl)));
+}
+
+void GpuSession::reset() {
+  impl_->n_tok = 0;
+  impl_->stats = {};
+}
+
+Status GpuSession::step(std::span<const int32_t> tokens, std::vector<float>& logits) {
+  return impl_->run(tokens, logits);
+}
+
+Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& logits) {
+  if (tokens.empty()) return make_error("gpu: empty prompt");
+  if (impl_->n_tok + static_cast<int64_t>(tokens.size()) > impl_->max_ctx) {
+    return make_error("the prompt has {} tokens and the context {} (holding {}); use a larger --ctx-size or a shorter prompt",
+                      tokens.size(), impl_->max_ctx, impl_->n_tok);
+  }
+  for (size_t i = 0; i < tokens.size(); i += max_chunk()) {
+    const size_t n = std::min<size_t>(max_chunk(), tokens.size() - i);
+    SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits));
+  }
+  return {};
+}
+
+int32_t GpuSession::n_tokens() const { return impl_->n_tok; }
+int32_t GpuSession::max_ctx() const { return impl_->max_ctx; }
+int64_t GpuSession::kv_bytes() const {
+  return int64_t{impl_->n_tok} * impl_->hp.kv_dim() * 2 * 2 * impl_->hp.n_layer;
+}
+int64_t GpuSession::weight_bytes() const { return impl_->weight_bytes; }
+const GpuStats& GpuSession::stats() const { return impl_->stats; }
+const GpuPolicy& GpuSession::policy() const { return impl_->pol; }
+std::string GpuSession::device_name() const { return impl_->prop.name; }
+
+}  // namespace sieve

@@ -1,0 +1,83 @@
+// A model on the GPU: one sequence at a time through the whole forward pass on the CUDA
+// backend. Weights are dequantized once to bf16 (cuBLAS GEMMs with fp32 accumulation), the
+// residual stream is fp32, K/V are bf16 in the paged layout of backend/cuda, attention runs
+// on the backend's kernels: dense prefill chunks, dense decode, or TokenSelect decode
+// (exact paged q.K, per-head soft vote, sort-free top-k, attention over sinks + selection +
+// window) - the same stages the CPU pipeline runs (docs/gpu-engine.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "model/model.h"
+#include "sparse/policy.h"
+
+namespace sieve {
+
+// What the GPU session runs for a policy.
+struct GpuPolicy {
+  bool sparse = false;       // TokenSelect decode (else dense)
+  bool layer_vote = true;    // one selection per layer (soft votes of every head summed), else per KV head
+  int32_t top_k = 2048;      // selected tokens besides sinks and window
+  int32_t sinks = 128;       // first tokens, always read
+  int32_t local = 512;       // most recent tokens before the query, always read
+  std::string name = "dense";
+};
+
+// The GPU form of a CPU policy, or an error naming what the CUDA backend cannot run.
+Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p);
+
+struct GpuStats {
+  int64_t steps = 0;               // forward steps (prefill chunks + decode tokens)
+  int64_t sparse_layer_steps = 0;  // decode layer-steps that attended to a selection
+  int64_t dense_layer_steps = 0;   // decode layer-steps that attended to every key
+  double keys_read = 0;            // decode: keys attended, summed over layer-steps
+  double keys_total = 0;           // decode: keys held, summed over layer-steps
+  double selected = 0;             // decode: selected tokens (besides sinks and window), summed
+  double fraction_read() const { return keys_total > 0 ? keys_read / keys_total : 1.0; }
+  double mean_selected() const { return sparse_layer_steps > 0 ? selected / sparse_layer_steps : 0; }
+};
+
+class GpuSession {
+ public:
+  // Uploads the model (weights to bf16) and sizes the KV for max_ctx tokens. Errors: no
+  // device, an architecture or layer kind the GPU path lacks, not enough device memory.
+  static Result<std::unique_ptr<GpuSession>> create(const Model& model, int32_t max_ctx,
+                                                    const GpuPolicy& policy);
+  ~GpuSession();
+  GpuSession(const GpuSession&) = delete;
+  GpuSession& operator=(const GpuSession&) = delete;
+
+  // Starts a new sequence (the KV is emptied; nothing is freed).
+  void reset();
+  // Appends tokens (a prompt chunk of at most max_chunk() tokens, or one decode token) and
+  // returns the logits of the last one ([n_vocab]). On error the sequence is left as it was
+  // before the call only for argument errors; a device error leaves the session unusable.
+  Status step(std::span<const int32_t> tokens, std::vector<float>& logits);
+  // Prefill in chunks of max_chunk(): logits of the last prompt token.
+  Status prefill(std::span<const int32_t> tokens, std::vector<float>& logits);
+
+  int32_t n_tokens() const;
+  int32_t max_ctx() const;
+  static constexpr int32_t max_chunk() { return 512; }
+  int64_t kv_bytes() const;       // K/V held by the sequence now
+  int64_t weight_bytes() const;   // device memory of the weights
+  const GpuStats& stats() const;
+  const GpuPolicy& policy() const;
+  std::string device_name() const;
+
+  struct Impl;
+
+ private:
+  explicit GpuSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether a CUDA device is present (tests skip without one).
+bool gpu_available();
+
+}  // namespace sieve

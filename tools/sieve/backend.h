@@ -1,0 +1,32 @@
+// --backend cpu|cuda for the commands that generate (run, bench): the CUDA path runs the
+// whole model on the GPU (src/gpu); a binary built without CUDA says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "engine/generate.h"
+#include "run_common.h"
+
+namespace sieve::cli {
+
+void add_backend_flag(CLI::App& app, std::string& backend);
+
+// One model on the GPU, reused across requests of the same policy.
+class GpuRunner {
+ public:
+  GpuRunner(const Model& model, int32_t n_ctx);
+  ~GpuRunner();
+  // Generates on the GPU; errors (no device, a policy the GPU path lacks) are UserErrors.
+  GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& g,
+                         const std::function<bool(int32_t)>& on_token);
+  std::string device() const;  // "NVIDIA H200, 0.27 GiB of weights"
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sieve::cli

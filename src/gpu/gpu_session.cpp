@@ -123,6 +123,7 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   g.top_k = p.top_k;
   g.sinks = p.sinks;
   g.local = p.local;
+  g.chunk_prefill = p.prefill == PrefillMode::chunk;
   return g;
 }
 
@@ -175,6 +176,9 @@ struct GpuSession::Impl {
   const int32_t* pos_dev() const { return ids_dev() + max_chunk(); }
 
   ~Impl() {
+    for (cudaGraphExec_t g : graph) {
+      if (g) cudaGraphExecDestroy(g);
+    }
     if (blas) cublasDestroy(blas);
     if (stream) cudaStreamDestroy(stream);
     if (io_host) cudaFreeHost(io_host);
@@ -183,9 +187,24 @@ struct GpuSession::Impl {
 
   Status init(const Model& m, int32_t ctx, const GpuPolicy& p);
   Status gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y);
-  Status attention(int il, int32_t n, int32_t len);
+  // Attention of the n newest tokens of layer il into o. Decode (n == 1) launches use shapes
+  // fixed for max_ctx (lengths are read on the device), so one captured graph serves every step.
+  Status attention(int il, int32_t n, bool sparse);
+  // TokenSelect's selection for query `qsel` ([n_head, d] bf16; a decode query or a chunk's
+  // mean query) over the first len - tail tokens: sel_idx / sel_cnt, per layer or per KV head.
+  Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set);
+  bf16* q_mean = nullptr;
+  float* q_mean_f = nullptr;
+  // Every launch of one forward step of n tokens (inputs already in io_host), logits copied to
+  // logits_host; no synchronisation.
+  Status enqueue(int32_t n, bool sparse);
   Status run(std::span<const int32_t> tokens, std::vector<float>& logits);
   cuda::paged_kv kv_view(int il) const;
+  // Decode-step graphs, [0] dense and [1] sparse; null until first used (or when capture failed).
+  cudaGraphExec_t graph[2] = {nullptr, nullptr};
+  bool graph_failed[2] = {false, false};
+  int32_t dense_splits = 1, sparse_splits = 1, score_chunk = 512, score_chunks = 1;
+  void* blas_ws = nullptr;
 };
 
 Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
@@ -314,9 +333,20 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   if (!cnt) return cnt.error();
   ws_cnt = *cnt;
   SIEVE_TRY(cuda_check(cudaMemset(ws_cnt, 0, hp.n_head_kv * sizeof(uint32_t)), "memset"));
+  dense_splits = cuda::decode_splits(hp.n_head_kv, max_ctx, dev.n_sm, hp.head_dim);
+  sparse_splits = cuda::decode_splits(hp.n_head_kv, pol.top_k + pol.sinks + pol.local + 1, dev.n_sm, hp.head_dim);
+  score_chunk = std::max(512, cuda::score_chunk_tokens(hp.n_head_kv, max_ctx, dev.n_sm));
+  score_chunks = (max_ctx + score_chunk - 1) / score_chunk;
+  {  // cuBLAS gets its workspace up front: nothing is allocated while a graph is captured
+    constexpr int64_t k_blas_ws = 32 << 20;
+    auto bw = mem.alloc<uint8_t>(k_blas_ws, "cuBLAS workspace");
+    if (!bw) return bw.error();
+    blas_ws = *bw;
+    SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, blas_ws, k_blas_ws), "workspace"));
+  }
   if (pol.sparse) {
     score_stride = cuda::score_row_stride(max_ctx);
-    max_score_chunks = (max_ctx + 511) / 512 + 1;
+    max_score_chunks = score_chunks;
     SIEVE_TRY(fl(sc_logits, hp.n_head_kv * G * score_stride, "selection scores"));
     SIEVE_TRY(fl(sc_stats, int64_t{hp.n_head_kv} * max_score_chunks * G * 2, "selection scores"));
     SIEVE_TRY(fl(scores, (hp.n_head_kv + 1) * score_stride, "selection scores"));
@@ -329,6 +359,8 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
     auto sc = mem.alloc<int32_t>(hp.n_head_kv, "selection");
     if (!sc) return sc.error();
     sel_cnt = *sc;
+    SIEVE_TRY(bh(q_mean, qd, "mean query"));
+    SIEVE_TRY(fl(q_mean_f, qd, "mean query"));
   }
   auto pi = mem.alloc<int32_t>(n_pages, "page table");
   if (!pi) return pi.error();
@@ -373,8 +405,75 @@ cuda::paged_kv GpuSession::Impl::kv_view(int il) const {
   return kv;
 }
 
-// Attention of the n newest tokens (K/V appended; the sequence holds len tokens) into o.
-Status GpuSession::Impl::attention(int il, int32_t n, int32_t len) {
+Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set) {
+  const cuda::launch_cfg lc{stream, true};
+  const int32_t G = hp.n_gqa();
+  const int32_t rows = hp.n_head_kv;
+  const int32_t sel_rows = pol.layer_vote ? 1 : rows;
+  cuda::select_budget bu;
+  bu.k_max = pol.top_k;
+  bu.lo = pol.sinks;
+  bu.tail = tail;
+  cuda::select_params sel;
+  sel.score_stride = score_stride;
+  sel.seq_len = seqlen_dev();
+  sel.rows_per_seq = sel_rows;
+  sel.n_rows = sel_rows;
+  sel.budget = bu;
+  sel.ws.base = sel_ws;
+  sel.ws.n_rows = rows;
+  sel.ws.max_tiles = cuda::select_max_tiles(max_ctx);
+  sel.out_idx = sel_idx;
+  sel.out_stride = pol.top_k;
+  sel.out_count = sel_cnt;
+  // exact paged q.K (chunks past the length are empty) -> per-head softmax summed -> top-k
+  cuda::decode_params s;
+  s.kv = kv_view(il);
+  s.q = qsel;
+  s.n_q_heads = hp.n_head;
+  s.scale = hp.attn_scale;
+  s.logits = sc_logits;
+  s.logit_stride = score_stride;
+  s.stats = sc_stats;
+  s.chunk_tokens = score_chunk;
+  s.n_splits = score_chunks;
+  s.zero_ws = pol.layer_vote ? nullptr : sel_ws;
+  s.zero_bytes = cuda::select_ws_header_bytes();
+  SIEVE_TRY(cuda::score_exact(s, lc));
+  cuda::soft_vote_params vt;
+  vt.logits = sc_logits;
+  vt.logit_stride = score_stride;
+  vt.stats = sc_stats;
+  vt.n_chunks = score_chunks;
+  vt.G = G;
+  vt.n_rows = rows;
+  vt.max_len = max_ctx;
+  vt.scores = scores;
+  vt.score_stride = score_stride;
+  vt.hist.seq_len = seqlen_dev();
+  vt.hist.rows_per_seq = rows;
+  vt.hist.budget = bu;
+  if (!pol.layer_vote) vt.hist.ws = sel.ws;
+  SIEVE_TRY(cuda::soft_vote(vt, lc));
+  if (pol.layer_vote) {
+    float* summed = scores + int64_t{rows} * score_stride;
+    SIEVE_TRY(cuda_check(cuda::launch_sum_rows(scores, score_stride, rows, max_ctx, 1, summed, stream), "sum_rows"));
+    sel.scores = summed;
+    SIEVE_TRY(cuda::select(sel, false, lc));
+  } else {
+    sel.scores = scores;
+    SIEVE_TRY(cuda::select(sel, true, lc));
+  }
+  set.sel_idx = sel_idx;
+  set.sel_count = sel_cnt;
+  set.sel_stride = pol.top_k;
+  set.sel_heads = sel_rows;
+  set.n_sink = pol.sinks;
+  set.n_window = pol.local;
+  return {};
+}
+
+Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
   const cuda::launch_cfg lc{stream, true};
   const int32_t G = hp.n_gqa();
   if (n > 1) {
@@ -391,6 +490,21 @@ Status GpuSession::Impl::attention(int il, int32_t n, int32_t len) {
     p.n_splits = std::clamp(2 * dev.n_sm / ctas + 1, 1, 8);
     p.ws_o = ws_o;
     p.ws_ml = ws_ml;
+    if (sparse) {  // the chunk's mean query selects once for every query of the chunk
+      cuda::sketch_query_params mq;
+      mq.q = q;
+      mq.type = cuda::dtype::bf16;
+      mq.qo_indptr = qo_dev();
+      mq.batch = 1;
+      mq.n_q_heads = hp.n_head;
+      mq.n_kv_heads = hp.n_head_kv;
+      mq.head_dim = hp.head_dim;
+      mq.n_sk_heads = hp.n_head_kv;
+      mq.q_out = q_mean_f;
+      mq.q_mean = q_mean;
+      SIEVE_TRY(cuda::sketch_query(mq, lc));
+      SIEVE_TRY(select_tokens(il, q_mean, pol.local + n, p.set));
+    }
     return cuda::prefill_attention(p, lc);
   }
   cuda::decode_params a;
@@ -402,108 +516,16 @@ Status GpuSession::Impl::attention(int il, int32_t n, int32_t len) {
   a.ws_o = ws_o;
   a.ws_ml = ws_ml;
   a.ws_counter = ws_cnt;
-  const int64_t selectable = int64_t{len} - pol.sinks - (pol.local + 1);
-  const bool sparse = pol.sparse && selectable > pol.top_k;
-  stats.keys_total += len;
   if (!sparse) {
-    a.n_splits = cuda::decode_splits(hp.n_head_kv, len, dev.n_sm, hp.head_dim);
-    ++stats.dense_layer_steps;
-    stats.keys_read += len;
+    a.n_splits = dense_splits;  // splits past the length are empty
     return cuda::decode_attention(a, lc);
   }
-  // TokenSelect: exact paged q.K -> per-head softmax summed (soft vote) -> top-k -> attention
-  const int32_t rows = hp.n_head_kv;
-  const int32_t sel_rows = pol.layer_vote ? 1 : rows;
-  cuda::select_budget bu;
-  bu.k_max = pol.top_k;
-  bu.lo = pol.sinks;
-  bu.tail = pol.local + 1;
-  cuda::select_params sel;
-  sel.score_stride = score_stride;
-  sel.seq_len = seqlen_dev();
-  sel.rows_per_seq = sel_rows;
-  sel.n_rows = sel_rows;
-  sel.budget = bu;
-  sel.ws.base = sel_ws;
-  sel.ws.n_rows = rows;
-  sel.ws.max_tiles = cuda::select_max_tiles(max_ctx);
-  sel.out_idx = sel_idx;
-  sel.out_stride = pol.top_k;
-  sel.out_count = sel_cnt;
-
-  const int32_t chunk = std::max(512, cuda::score_chunk_tokens(rows, len, dev.n_sm));
-  const int32_t n_chunks = (len + chunk - 1) / chunk;
-  if (n_chunks > max_score_chunks) return make_error("gpu: {} score chunks exceed the workspace", n_chunks);
-  cuda::decode_params s = a;
-  s.logits = sc_logits;
-  s.logit_stride = score_stride;
-  s.stats = sc_stats;
-  s.chunk_tokens = chunk;
-  s.n_splits = n_chunks;
-  s.zero_ws = pol.layer_vote ? nullptr : sel_ws;
-  s.zero_bytes = cuda::select_ws_header_bytes();
-  SIEVE_TRY(cuda::score_exact(s, lc));
-  cuda::soft_vote_params vt;
-  vt.logits = sc_logits;
-  vt.logit_stride = score_stride;
-  vt.stats = sc_stats;
-  vt.n_chunks = n_chunks;
-  vt.G = G;
-  vt.n_rows = rows;
-  vt.max_len = len;
-  vt.scores = scores;
-  vt.score_stride = score_stride;
-  vt.hist.seq_len = seqlen_dev();
-  vt.hist.rows_per_seq = rows;
-  vt.hist.budget = bu;
-  if (!pol.layer_vote) vt.hist.ws = sel.ws;
-  SIEVE_TRY(cuda::soft_vote(vt, lc));
-  if (pol.layer_vote) {
-    float* summed = scores + int64_t{rows} * score_stride;
-    SIEVE_TRY(cuda_check(cuda::launch_sum_rows(scores, score_stride, rows, len, 1, summed, stream), "sum_rows"));
-    sel.scores = summed;
-    SIEVE_TRY(cuda::select(sel, false, lc));
-  } else {
-    sel.scores = scores;
-    SIEVE_TRY(cuda::select(sel, true, lc));
-  }
-  a.set.sel_idx = sel_idx;
-  a.set.sel_count = sel_cnt;
-  a.set.sel_stride = pol.top_k;
-  a.set.sel_heads = sel_rows;
-  a.set.n_sink = pol.sinks;
-  a.set.n_window = pol.local;
-  const int32_t list = pol.top_k + pol.sinks + pol.local + 1;
-  a.n_splits = cuda::decode_splits(hp.n_head_kv, list, dev.n_sm, hp.head_dim);
-  ++stats.sparse_layer_steps;
-  stats.selected += pol.top_k;
-  stats.keys_read += list;
+  SIEVE_TRY(select_tokens(il, q, pol.local + 1, a.set));
+  a.n_splits = sparse_splits;
   return cuda::decode_attention(a, lc);
 }
 
-Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>& out) {
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  if (n <= 0) return make_error("gpu: empty step");
-  if (n > max_chunk()) return make_error("gpu: a step of {} tokens exceeds the chunk of {}", n, max_chunk());
-  if (n_tok + n > max_ctx) {
-    return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
-                      n_tok + n, max_ctx);
-  }
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= hp.n_vocab) return make_error("gpu: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
-  }
-  const int32_t len = n_tok + n;
-  io_host[0] = 0;
-  io_host[1] = (len + k_page - 1) / k_page;
-  io_host[2] = len - (io_host[1] - 1) * k_page;
-  io_host[3] = len;
-  io_host[4] = 0;
-  io_host[5] = n;
-  for (int32_t i = 0; i < n; ++i) {
-    slot_host()[i] = n_tok + i;
-    ids_host()[i] = tokens[i];
-    pos_host()[i] = n_tok + i;
-  }
+Status GpuSession::Impl::enqueue(int32_t n, bool sparse) {
   SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, io_words() * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
                        "step inputs"));
   const cuda::launch_cfg lc{stream, true};
@@ -541,7 +563,7 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
     ap.page_size = k_page;
     ap.type = cuda::dtype::bf16;
     SIEVE_TRY(cuda::kv_append(ap, lc));
-    SIEVE_TRY(attention(il, n, len));
+    SIEVE_TRY(attention(il, n, sparse));
     SIEVE_TRY(gemm(L.wo, E, qd, o, n, tmp));
     SIEVE_TRY(cuda_check(cuda::launch_residual_add(h, tmp, L.post_attn, hp.rms_eps, n, E, stream), "residual"));
     SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h, L.ffn_norm, hp.rms_eps, n, E, xb, true, stream), "norm"));
@@ -553,9 +575,78 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
   SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h + int64_t{n - 1} * E, output_norm, hp.rms_eps, 1, E, xb, true, stream),
                        "norm"));
   SIEVE_TRY(gemm(output, hp.n_vocab, E, xb, 1, logits));
-  SIEVE_TRY(cuda_check(cudaMemcpyAsync(logits_host, logits, hp.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream),
-                       "logits"));
+  return cuda_check(cudaMemcpyAsync(logits_host, logits, hp.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                    "logits");
+}
+
+Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>& out) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  if (n <= 0) return make_error("gpu: empty step");
+  if (n > max_chunk()) return make_error("gpu: a step of {} tokens exceeds the chunk of {}", n, max_chunk());
+  if (n_tok + n > max_ctx) {
+    return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
+                      n_tok + n, max_ctx);
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= hp.n_vocab) return make_error("gpu: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
+  }
+  const int32_t len = n_tok + n;
+  io_host[0] = 0;
+  io_host[1] = (len + k_page - 1) / k_page;
+  io_host[2] = len - (io_host[1] - 1) * k_page;
+  io_host[3] = len;
+  io_host[4] = 0;
+  io_host[5] = n;
+  for (int32_t i = 0; i < n; ++i) {
+    slot_host()[i] = n_tok + i;
+    ids_host()[i] = tokens[i];
+    pos_host()[i] = n_tok + i;
+  }
+  // TokenSelect decodes sparsely once the selectable range exceeds the budget.
+  const bool sparse = n == 1 && pol.sparse && int64_t{len} - pol.sinks - (pol.local + 1) > pol.top_k;
+  if (n == 1) {  // decode: replay the step's graph (captured on first use)
+    cudaGraphExec_t& g = graph[sparse];
+    if (!g && !graph_failed[sparse]) {
+      cudaGraph_t captured = nullptr;
+      Status st = cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+      if (st) {
+        st = enqueue(1, sparse);
+        const cudaError_t e = cudaStreamEndCapture(stream, &captured);
+        if (st && e != cudaSuccess) st = cuda_check(e, "capture");
+      }
+      if (st && captured) st = cuda_check(cudaGraphInstantiate(&g, captured, 0), "graph");
+      if (captured) cudaGraphDestroy(captured);
+      if (!st) {  // run without graphs from now on (the launches themselves are checked below)
+        g = nullptr;
+        graph_failed[sparse] = true;
+        cudaGetLastError();
+      }
+    }
+    if (g) {
+      SIEVE_TRY(cuda_check(cudaGraphLaunch(g, stream), "graph launch"));
+    } else {
+      SIEVE_TRY(enqueue(1, sparse));
+    }
+  } else {
+    // TokenSelect prefill: once the tokens before the chunk exceed sinks + window + budget
+    const bool chunk_sparse = pol.sparse && pol.chunk_prefill && int64_t{n_tok} - pol.sinks - pol.local > pol.top_k;
+    SIEVE_TRY(enqueue(n, chunk_sparse));
+    if (chunk_sparse) stats.prefill_selections += hp.n_layer;
+  }
   SIEVE_TRY(cuda_check(cudaStreamSynchronize(stream), "forward"));
+  if (n == 1) {
+    const int32_t list = pol.top_k + pol.sinks + pol.local + 1;
+    const int32_t L = hp.n_layer;
+    stats.keys_total += double{1} * len * L;
+    if (sparse) {
+      stats.sparse_layer_steps += L;
+      stats.selected += double{1} * pol.top_k * L;
+      stats.keys_read += double{1} * list * L;
+    } else {
+      stats.dense_layer_steps += L;
+      stats.keys_read += double{1} * len * L;
+    }
+  }
   n_tok = len;
   ++stats.steps;
   out.assign(logits_host, logits_host + hp.n_vocab);

@@ -25,6 +25,7 @@ struct GpuPolicy {
   int32_t top_k = 2048;      // selected tokens besides sinks and window
   int32_t sinks = 128;       // first tokens, always read
   int32_t local = 512;       // most recent tokens before the query, always read
+  bool chunk_prefill = true; // prefill chunks attend to one selection from the chunk's mean query
   std::string name = "dense";
 };
 
@@ -35,6 +36,7 @@ struct GpuStats {
   int64_t steps = 0;               // forward steps (prefill chunks + decode tokens)
   int64_t sparse_layer_steps = 0;  // decode layer-steps that attended to a selection
   int64_t dense_layer_steps = 0;   // decode layer-steps that attended to every key
+  int64_t prefill_selections = 0;  // (layer, prefill chunk) selections
   double keys_read = 0;            // decode: keys attended, summed over layer-steps
   double keys_total = 0;           // decode: keys held, summed over layer-steps
   double selected = 0;             // decode: selected tokens (besides sinks and window), summed

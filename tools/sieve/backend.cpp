@@ -24,6 +24,7 @@ struct GpuRunner::Impl {
 };
 
 GpuRunner::GpuRunner(const Model& model, int32_t n_ctx) : impl_(std::make_unique<Impl>()) {
+  if (!gpu_available()) throw UserError("--backend cuda: no CUDA device is visible (use --backend cpu)");
   impl_->model = &model;
   impl_->n_ctx = n_ctx;
 }
@@ -52,7 +53,62 @@ std::string GpuRunner::device() const {
   return fmt::format("{}, {:.2f} GiB of bf16 weights", impl_->session->device_name(),
                      impl_->session->weight_bytes() / 1073741824.0);
 }
+namespace {
+class GpuEvalRunner final : public eval::Runner_i {
+ public:
+  GpuEvalRunner(const Model& model, int32_t n_ctx) : model_(model), gpu_(model, n_ctx), n_ctx_(n_ctx) {}
+  std::string backend() const override { return "cuda"; }
+  Result<eval::Completion> complete(const eval::CompletionRequest& r) override {
+    if (r.tokens.empty()) return make_error("empty prompt");
+    if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > n_ctx_) {
+      return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}", r.tokens.size(),
+                        r.max_new_tokens, n_ctx_);
+    }
+    GenerateOptions g;
+    g.n_predict = r.max_new_tokens;
+    g.sampling.temperature = 0.0f;
+    g.policy = r.policy;
+    std::vector<int32_t> out;
+    std::string text;
+    GenerateStats st;
+    try {
+      st = gpu_.generate(r.tokens, g, [&](int32_t t) {
+        out.push_back(t);
+        if (!r.stop_at_newline) return true;
+        text += model_.tokenizer->token_to_piece(t);
+        return eval::answer_line_end(text) == std::string::npos;
+      });
+    } catch (const UserError& e) {
+      return make_error("{}", e.what());
+    }
+    eval::Completion c;
+    c.text = model_.tokenizer->decode(out);
+    if (r.stop_at_newline) c.text = c.text.substr(0, eval::answer_line_end(c.text));
+    c.prompt_tokens = st.prompt_tokens;
+    c.prefill_tokens = st.prompt_tokens;
+    c.completion_tokens = st.completion_tokens;
+    c.prefill_ms = st.prefill_ms;
+    c.decode_ms = st.decode_ms;
+    c.selected_fraction = st.sparse.selected_fraction();
+    c.mean_selected = st.sparse.layer_steps > 0 ? st.sparse.mean_selected() : -1;
+    c.policy = st.policy;
+    return c;
+  }
+
+ private:
+  const Model& model_;
+  GpuRunner gpu_;
+  int32_t n_ctx_;
+};
+}  // namespace
+
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx) {
+  return std::make_unique<GpuEvalRunner>(model, n_ctx);
+}
 #else
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t) {
+  throw UserError("--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu");
+}
 struct GpuRunner::Impl {};
 GpuRunner::GpuRunner(const Model&, int32_t) {
   throw UserError("--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/generate.h"
+#include "eval/runner.h"
 #include "run_common.h"
 
 namespace sieve::cli {
@@ -28,5 +29,9 @@ class GpuRunner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// sieve eval --backend cuda: greedy completions on the GPU, one sample at a time (no prefix
+// cache: every sample prefills its whole prompt).
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx);
 
 }  // namespace sieve::cli

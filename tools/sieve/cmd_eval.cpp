@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend.h"
 #include "command.h"
 #include "core/log.h"
 #include "eval/haystack.h"
@@ -28,6 +29,7 @@ using json = nlohmann::json;
 struct EvalOptions {
   std::vector<std::string> models;
   int32_t threads = 0;
+  std::string backend = "cpu";
   std::vector<std::string> tasks = {"all"};
   std::vector<std::string> lengths = {"4K"};
   std::vector<std::string> policies = {"dense"};
@@ -92,6 +94,7 @@ std::string command_line(const EvalOptions& o) {
   for (double x : o.depths) d += (d.empty() ? "" : ",") + fmt::format("{:g}", x);
   if (d != "0,25,50,75,100") c += " --depths " + d;
   if (o.chat) c += " --chat";
+  if (o.backend != "cpu") c += " --backend " + o.backend;
   if (!o.server.empty()) c += " --server " + o.server;
   if (!o.server_model.empty()) c += " --server-model " + o.server_model;
   if (o.no_sieve_field) c += " --no-sieve-field";
@@ -229,6 +232,7 @@ int run(EvalOptions& o) {
   if (Status s = eval::validate_spec(spec); !s) throw UserError(s.message());
   if (o.report_only && o.prompts_only)
     throw UserError("--report-only and --prompts-only exclude each other");
+  if (o.backend == "cuda" && !o.server.empty()) throw UserError("--backend cuda runs the model here; --server evaluates a server: give one of them");
   if (o.no_sieve_field) {
     if (o.server.empty()) throw UserError("--no-sieve-field only applies with --server");
     for (const PolicyPtr& p : spec.policies) {
@@ -323,6 +327,8 @@ int run(EvalOptions& o) {
       if (!r) throw UserError(r.message());
       runner = std::move(*r);
       if (!o.server_model.empty()) id.model = o.server_model;
+    } else if (o.backend == "cuda") {
+      runner = make_gpu_eval_runner(mdl, max_len);
     } else {
       pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : hardware_threads());
       eval::LocalRunnerOptions lo;
@@ -422,6 +428,7 @@ std::function<int()> setup(CLI::App& app) {
                  "output directory (samples.jsonl, summary.json/.md, report.html)")
       ->capture_default_str();
   app.add_flag("--json", o->json, "print the summary object(s) on stdout");
+  add_backend_flag(app, o->backend);
   app.add_option(
       "--server", o->server,
       "evaluate a running server at this URL via /v1/completions (-m gives the tokenizer)");

@@ -27,6 +27,7 @@ struct GpuPolicy {
   int32_t local = 512;       // most recent tokens before the query, always read
   bool chunk_prefill = true; // prefill chunks attend to one selection from the chunk's mean query
   std::string name = "dense";
+  bool operator==(const GpuPolicy&) const = default;
 };
 
 // The GPU form of a CPU policy, or an error naming what the CUDA backend cannot run.

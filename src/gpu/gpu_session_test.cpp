@@ -166,6 +166,25 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   EXPECT_GT(max_abs_diff(la, lb), 0.0f);
 }
 
+// Bug: sieve eval reused one GPU session for tokenselect and tokenselect:prefill=dense because
+// the runner compared only some fields of the policy. Every knob the GPU path runs counts.
+TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {
+  const std::vector<std::vector<std::string>> variants = {
+      {}, {"prefill=dense"}, {"top_k=100"}, {"sinks=4"}, {"local=32"}, {"scope=group"}};
+  std::vector<GpuPolicy> made;
+  for (const auto& v : variants) {
+    auto cfg = make_policy("tokenselect", v);
+    ASSERT_TRUE(cfg.ok()) << cfg.message();
+    auto gp = gpu_policy_from(*cfg);
+    ASSERT_TRUE(gp.ok()) << gp.message();
+    made.push_back(*gp);
+  }
+  for (size_t i = 0; i < made.size(); ++i) {
+    for (size_t j = 0; j < made.size(); ++j) EXPECT_EQ(made[i] == made[j], i == j) << i << " vs " << j;
+  }
+  EXPECT_FALSE(made[0] == GpuPolicy{});
+}
+
 TEST(GpuSession, BadInputIsAnError) {
   REQUIRE_GPU_AND_MODEL();
   auto s = GpuSession::create(*model, 64, GpuPolicy{});

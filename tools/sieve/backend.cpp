@@ -19,7 +19,7 @@ void add_backend_flag(CLI::App& app, std::string& backend) {
 struct GpuRunner::Impl {
   const Model* model = nullptr;
   int32_t n_ctx = 0;
-  std::string key;  // the policy the session was made for
+  GpuPolicy made_for;  // the policy the session was made for
   std::unique_ptr<GpuSession> session;
 };
 
@@ -34,14 +34,12 @@ GenerateStats GpuRunner::generate(std::span<const int32_t> prompt, const Generat
                                   const std::function<bool(int32_t)>& on_token) {
   auto pol = gpu_policy_for(g.policy, static_cast<int64_t>(prompt.size()));
   if (!pol) throw UserError(pol.message());
-  const std::string key = fmt::format("{} {} {} {} {} {}", pol->name, pol->sparse, pol->layer_vote, pol->top_k,
-                                      pol->sinks, pol->local);
-  if (!impl_->session || impl_->key != key) {
+  if (!impl_->session || !(impl_->made_for == *pol)) {
     impl_->session.reset();
     auto s = GpuSession::create(*impl_->model, impl_->n_ctx, *pol);
     if (!s) throw UserError(s.message());
     impl_->session = std::move(s.value());
-    impl_->key = key;
+    impl_->made_for = *pol;
   }
   auto r = generate_on_gpu(*impl_->session, *impl_->model, prompt, g, on_token);
   if (!r) throw UserError(r.message());

@@ -195,6 +195,22 @@ struct GpuSession::Impl {
   Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set);
   bf16* q_mean = nullptr;
   float* q_mean_f = nullptr;
+  // Sliding-window layers read an empty selection + the window: [1] index, [1] zero count.
+  int32_t *win_idx = nullptr, *win_cnt = nullptr;
+  int32_t window_splits = 1;
+  int32_t n_full_layers() const {
+    return static_cast<int32_t>(std::count(hp.layer_kind.begin(), hp.layer_kind.end(), LayerKind::full));
+  }
+  cuda::token_set window_set() const {
+    cuda::token_set w;
+    w.sel_idx = win_idx;
+    w.sel_count = win_cnt;
+    w.sel_stride = 1;
+    w.sel_heads = 1;
+    w.n_sink = 0;
+    w.n_window = hp.sliding_window - 1;  // + the query itself: sliding_window tokens
+    return w;
+  }
   // Every launch of one forward step of n tokens (inputs already in io_host), logits copied to
   // logits_host; no synchronisation.
   Status enqueue(int32_t n, bool sparse);
@@ -213,10 +229,8 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   pol = p;
   if (!gpu_available()) return make_error("--backend cuda: no CUDA device is visible (use --backend cpu)");
   for (LayerKind k : hp.layer_kind) {
-    if (k != LayerKind::full) {
-      return make_error(
-          "--backend cuda: this model has sliding-window layers, which the CUDA backend does not run yet "
-          "(it runs models whose layers all attend fully, e.g. SmolLM2); use --backend cpu");
+    if (k == LayerKind::sliding && hp.sliding_window <= 0) {
+      return make_error("--backend cuda: a sliding-window layer without a window size");
     }
   }
   if (hp.head_dim != 64 && hp.head_dim != 128 && hp.head_dim != 256) {
@@ -362,6 +376,14 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
     SIEVE_TRY(bh(q_mean, qd, "mean query"));
     SIEVE_TRY(fl(q_mean_f, qd, "mean query"));
   }
+  {
+    auto wi = mem.alloc<int32_t>(2, "window list");
+    if (!wi) return wi.error();
+    win_idx = *wi;
+    win_cnt = *wi + 1;
+    SIEVE_TRY(cuda_check(cudaMemset(win_idx, 0, 2 * sizeof(int32_t)), "memset"));
+    window_splits = cuda::decode_splits(hp.n_head_kv, std::max(hp.sliding_window, 1), dev.n_sm, hp.head_dim);
+  }
   auto pi = mem.alloc<int32_t>(n_pages, "page table");
   if (!pi) return pi.error();
   page_idx = *pi;
@@ -490,6 +512,11 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
     p.n_splits = std::clamp(2 * dev.n_sm / ctas + 1, 1, 8);
     p.ws_o = ws_o;
     p.ws_ml = ws_ml;
+    if (hp.layer_kind[il] == LayerKind::sliding) {  // each query its own last sliding_window keys
+      p.set = window_set();
+      p.causal_window = hp.sliding_window;
+      return cuda::prefill_attention(p, lc);
+    }
     if (sparse) {  // the chunk's mean query selects once for every query of the chunk
       cuda::sketch_query_params mq;
       mq.q = q;
@@ -516,6 +543,11 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
   a.ws_o = ws_o;
   a.ws_ml = ws_ml;
   a.ws_counter = ws_cnt;
+  if (hp.layer_kind[il] == LayerKind::sliding) {
+    a.set = window_set();
+    a.n_splits = window_splits;
+    return cuda::decode_attention(a, lc);
+  }
   if (!sparse) {
     a.n_splits = dense_splits;  // splits past the length are empty
     return cuda::decode_attention(a, lc);
@@ -631,12 +663,12 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
     // TokenSelect prefill: once the tokens before the chunk exceed sinks + window + budget
     const bool chunk_sparse = pol.sparse && pol.chunk_prefill && int64_t{n_tok} - pol.sinks - pol.local > pol.top_k;
     SIEVE_TRY(enqueue(n, chunk_sparse));
-    if (chunk_sparse) stats.prefill_selections += hp.n_layer;
+    if (chunk_sparse) stats.prefill_selections += n_full_layers();
   }
   SIEVE_TRY(cuda_check(cudaStreamSynchronize(stream), "forward"));
   if (n == 1) {
     const int32_t list = pol.top_k + pol.sinks + pol.local + 1;
-    const int32_t L = hp.n_layer;
+    const int32_t L = n_full_layers();  // the sliding-window layers do not select
     stats.keys_total += double{1} * len * L;
     if (sparse) {
       stats.sparse_layer_steps += L;

@@ -166,6 +166,37 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   EXPECT_GT(max_abs_diff(la, lb), 0.0f);
 }
 
+// Gemma 3 (sliding-window layers of 512 tokens, one global layer in six, QK norms, post-norms,
+// GeGLU): a 1200-token prompt crosses the window several times.
+std::shared_ptr<const Model> test_gemma3() {
+  static std::shared_ptr<const Model> m = [] {
+    const std::string path = test_model_path("gemma3-270m.gguf");
+    if (path.empty()) return std::shared_ptr<const Model>();
+    auto r = load_model(path);
+    return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
+  }();
+  return m;
+}
+
+TEST(GpuSession, Gemma3SlidingWindowLayersMatchTheCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  auto model = test_gemma3();
+  if (!model) GTEST_SKIP() << "Gemma 3 test model not found";
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 1200);
+  auto s = GpuSession::create(*model, 2048, GpuPolicy{});
+  ASSERT_TRUE(s.ok()) << s.message();
+  // the decode kernel's window equals the prefill kernel's per-query window
+  std::vector<float> chunk, step;
+  ASSERT_TRUE((*s)->prefill(prompt, chunk).ok());
+  (*s)->reset();
+  ASSERT_TRUE((*s)->prefill(std::span(prompt).first(1199), step).ok());
+  ASSERT_TRUE((*s)->step(std::span(prompt).subspan(1199), step).ok());
+  const float d = rel_diff(chunk, step);
+  std::printf("Gemma 3 GPU decode step vs prefill chunk: max |diff| / spread = %.5f\n", d);
+  EXPECT_LT(d, 0.01f);
+  EXPECT_EQ(gpu_greedy(**s, prompt, 6), cpu_greedy(*model, prompt, 6, nullptr));
+}
+
 // Bug: sieve eval reused one GPU session for tokenselect and tokenselect:prefill=dense because
 // the runner compared only some fields of the policy. Every knob the GPU path runs counts.
 TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {

@@ -6,9 +6,9 @@
 // memory serves all G heads. One CTA = 64 rows (4 warps x 16), tokens in tiles of 64:
 //   S[rows, tokens] = Q[rows, D] . K^T      (mma m16n8k16; K rows are the B operand)
 //   O[rows, D]     += P[rows, tokens] . V    (P reused from the S accumulators in registers)
-// Mask: token position <= query position (positions ascend along the list, so a tile whose
-// first token lies past the CTA's last query ends the loop). Split-K over the list is
-// optional; partial (o, max, sum) states are merged by prefill_merge_kernel.
+// Mask: token position <= query position, and > query position - causal_window when set
+// (positions ascend along the list, so a tile whose first token lies past the CTA's last
+// query ends the loop). Split-K over the list is optional; partial (o, max, sum) states are merged by prefill_merge_kernel.
 #pragma once
 
 #include <climits>
@@ -121,6 +121,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
   const int rl0 = warp * 16 + (lane >> 2);
   const int qpos0 = q_start + (R0 + rl0) / G;
   const int qpos1 = q_start + (R0 + rl0 + 8) / G;
+  // sliding window: keys at or below lo are out of the query's reach
+  const int lo0 = p.causal_window > 0 ? qpos0 - p.causal_window : -1;
+  const int lo1 = p.causal_window > 0 ? qpos1 - p.causal_window : -1;
   const float sl2 = p.scale * k_log2e;
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.f, 0.f};
@@ -170,10 +173,10 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
     for (int n = 0; n < NT; ++n) {
       const int c0 = n * 8 + 2 * (lane & 3);
       const int pa = pos[c0], pb = pos[c0 + 1];
-      s[n][0] = pa <= qpos0 ? s[n][0] * sl2 : -INFINITY;
-      s[n][1] = pb <= qpos0 ? s[n][1] * sl2 : -INFINITY;
-      s[n][2] = pa <= qpos1 ? s[n][2] * sl2 : -INFINITY;
-      s[n][3] = pb <= qpos1 ? s[n][3] * sl2 : -INFINITY;
+      s[n][0] = pa <= qpos0 && pa > lo0 ? s[n][0] * sl2 : -INFINITY;
+      s[n][1] = pb <= qpos0 && pb > lo0 ? s[n][1] * sl2 : -INFINITY;
+      s[n][2] = pa <= qpos1 && pa > lo1 ? s[n][2] * sl2 : -INFINITY;
+      s[n][3] = pb <= qpos1 && pb > lo1 ? s[n][3] * sl2 : -INFINITY;
       mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
       mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
     }

@@ -279,6 +279,9 @@ struct prefill_params {
   int32_t max_q = 0;    // max queries of one sequence
   int32_t total_q = 0;  // qo_indptr[batch]
   float scale = 0.f;
+  // > 0: a sliding window - the query at position p sees keys k with p - k < causal_window
+  // (Gemma's local layers; pair it with a token set whose window covers the chunk's reach)
+  int32_t causal_window = 0;
   void* o = nullptr;       // [total_q, n_q_heads, head_dim]
   int32_t n_splits = 1;    // split-K parts (merged by a second kernel)
   float* ws_o = nullptr;   // [n_splits, total_q, n_q_heads, head_dim]

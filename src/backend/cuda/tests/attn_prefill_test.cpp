@@ -13,6 +13,7 @@ struct prefill_case {
   int splits;
   bool sparse = false;
   int n_sink = 0, n_window = 0, sel_heads = 1;
+  int causal_window = 0;  // > 0: sliding window (query p sees keys k with p - k < it)
 };
 
 void run_prefill(const prefill_case& c, uint32_t seed) {
@@ -68,6 +69,7 @@ void run_prefill(const prefill_case& c, uint32_t seed) {
   p.max_q = max_q;
   p.total_q = total_q;
   p.scale = scale;
+  p.causal_window = c.causal_window;
   p.o = d_o.p;
   p.n_splits = c.splits;
   p.ws_o = ws_o.p;
@@ -101,7 +103,7 @@ void run_prefill(const prefill_case& c, uint32_t seed) {
           std::vector<int> tk;
           double mx = -INFINITY;
           for (int t : toks) {
-            if (t > qpos) continue;
+            if (t > qpos || (c.causal_window > 0 && qpos - t >= c.causal_window)) continue;
             double acc = 0;
             for (int d = 0; d < D; ++d)
               acc +=
@@ -157,6 +159,22 @@ TEST(CudaPrefill, SparseChunkPerKvHeadSplit) {
   c.n_window = 20;
   c.sel_heads = 4;
   run_prefill(c, 66);
+}
+// Sliding windows (Gemma 3's local layers): the chunk's queries each see their own last
+// `causal_window` keys - dense lists (whole tiles masked, split-K) and a window token set.
+TEST(CudaPrefill, SlidingWindowDenseListSplitK) {
+  SIEVE_REQUIRE_GPU();
+  prefill_case c{{900, 300}, {300, 300}, 16, 4, 1, 256, dtype::bf16, 2};
+  c.causal_window = 128;
+  run_prefill(c, 67);
+}
+TEST(CudaPrefill, SlidingWindowTokenSet) {
+  SIEVE_REQUIRE_GPU();
+  prefill_case c{{1400}, {512}, 16, 4, 1, 256, dtype::bf16, 1};
+  c.sparse = true;
+  c.n_window = 511;
+  c.causal_window = 512;
+  run_prefill(c, 68);
 }
 
 }  // namespace

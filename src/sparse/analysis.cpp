@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "backend/cpu/ops.h"
@@ -252,6 +253,45 @@ void mean_over_heads(const float* q, int32_t n_head, int32_t head_dim, float* ou
     double s = 0;
     for (int32_t h = 0; h < n_head; ++h) s += q[int64_t{h} * head_dim + c];
     out[c] = static_cast<float>(s / n_head);
+  }
+}
+
+std::vector<int32_t> top_p_counts(std::span<const float> p, std::span<const double> masses) {
+  std::vector<float> v(p.begin(), p.end());
+  std::sort(v.begin(), v.end(), std::greater<float>());
+  // Prefix sums in the sorted order: the total is the last one, so a mass of 1 is reached
+  // exactly at the last non-zero entry.
+  std::vector<double> cum(v.size());
+  double acc = 0;
+  for (size_t i = 0; i < v.size(); ++i) cum[i] = acc += v[i];
+  std::vector<int32_t> out;
+  out.reserve(masses.size());
+  for (double m : masses) {
+    const double target = m * acc;
+    if (v.empty() || target <= 0) {
+      out.push_back(0);
+      continue;
+    }
+    const auto it = std::lower_bound(cum.begin(), cum.end(), target);
+    out.push_back(static_cast<int32_t>(std::min<ptrdiff_t>(it - cum.begin() + 1, std::ssize(cum))));
+  }
+  return out;
+}
+
+void top_p_budgets(const float* prob, int32_t n_head, int32_t n, std::span<const double> masses,
+                   int32_t sinks, int32_t window, int32_t* out_all, int32_t* out_mid) {
+  const int32_t n_m = static_cast<int32_t>(masses.size());
+  const int32_t c0 = std::clamp(sinks, 0, n), c1 = std::max(c0, n - std::max(window, 0));
+  for (int32_t h = 0; h < n_head; ++h) {
+    const float* row = prob + int64_t{h} * n;
+    const std::vector<int32_t> a = top_p_counts(std::span<const float>(row, n), masses);
+    std::copy(a.begin(), a.end(), out_all + int64_t{h} * n_m);
+    if (c1 > c0) {
+      const std::vector<int32_t> m = top_p_counts(std::span<const float>(row + c0, c1 - c0), masses);
+      std::copy(m.begin(), m.end(), out_mid + int64_t{h} * n_m);
+    } else {
+      std::fill_n(out_mid + int64_t{h} * n_m, n_m, -1);
+    }
   }
 }
 

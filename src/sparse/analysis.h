@@ -115,6 +115,18 @@ double mean_head_cosine(const float* a, const float* b, int32_t n_head, int32_t 
 // out[0..head_dim) = mean over heads of q ([n_head, head_dim]).
 void mean_over_heads(const float* q, int32_t n_head, int32_t head_dim, float* out);
 
+// Top-p budget of an attention row: for each mass m in `masses` ((0, 1] each), the smallest
+// number of entries of p whose sum reaches m * sum(p) (the row renormalised over its own
+// entries): entries sorted descending, counted until the running sum reaches the target.
+// One sort serves every mass. 0 for an empty row (or an all-zero one).
+std::vector<int32_t> top_p_counts(std::span<const float> p, std::span<const double> masses);
+
+// The top-p budgets of every head of one query: out_all[h * n_mass + i] over all keys [0, n)
+// of prob[h] ([n_head, n]), out_mid[h * n_mass + i] over the middle keys
+// [sinks, n - window) renormalised over them (-1 when no key is in the middle).
+void top_p_budgets(const float* prob, int32_t n_head, int32_t n, std::span<const double> masses,
+                   int32_t sinks, int32_t window, int32_t* out_all, int32_t* out_mid);
+
 double l1_norm(const float* x, int64_t n);
 // Median (the mean of the middle two for an even count); 0 for an empty list.
 double median(std::vector<double> v);

@@ -401,5 +401,117 @@ TEST(Analysis, SmallHelpers) {
   EXPECT_NEAR(mean_head_cosine(a.data(), b.data(), 2, 2), 0.5, 1e-9);
 }
 
+// The smallest subset of p (any entries, not only the largest) whose sum reaches mass * sum(p),
+// by enumerating every subset (n <= 16).
+int32_t brute_top_p(const std::vector<float>& p, double mass) {
+  const int32_t n = static_cast<int32_t>(p.size());
+  double total = 0;
+  for (float x : p) total += x;
+  int32_t best = n;
+  for (uint32_t s = 0; s < (1u << n); ++s) {
+    double sum = 0;
+    int32_t size = 0;
+    for (int32_t j = 0; j < n; ++j) {
+      if (s >> j & 1) sum += p[j], ++size;
+    }
+    // The tolerance only absorbs summation order; the random cases are far from ties.
+    if (sum >= mass * total * (1 - 1e-12)) best = std::min(best, size);
+  }
+  return best;
+}
+
+// Repeatedly takes the largest remaining entry (no sort) until the running sum reaches the
+// target.
+int32_t greedy_top_p(std::vector<float> p, double mass) {
+  double total = 0;
+  for (float x : p) total += x;
+  double sum = 0;
+  int32_t k = 0;
+  while (sum < mass * total * (1 - 1e-12) && !p.empty()) {
+    auto it = std::max_element(p.begin(), p.end());
+    sum += *it;
+    p.erase(it);
+    ++k;
+  }
+  return k;
+}
+
+TEST(Analysis, TopPCountsHandMade) {
+  const std::vector<double> masses = {0.5, 0.75, 0.76, 0.875, 0.9, 1.0};
+  // Exact binary fractions, shuffled: 0.5, 0.25, 0.125, 0.125.
+  const std::vector<float> p = {0.125f, 0.5f, 0.125f, 0.25f};
+  EXPECT_EQ(top_p_counts(p, masses), (std::vector<int32_t>{1, 2, 3, 3, 4, 4}));
+  // One key holds everything; zeros never count.
+  const std::vector<float> one = {0, 0, 1, 0, 0};
+  EXPECT_EQ(top_p_counts(one, masses), (std::vector<int32_t>{1, 1, 1, 1, 1, 1}));
+  // Uniform over 8: ceil(8 m).
+  const std::vector<float> uni(8, 0.125f);
+  EXPECT_EQ(top_p_counts(uni, masses), (std::vector<int32_t>{4, 6, 7, 7, 8, 8}));
+  // Renormalised: a row summing to 0.25 counts as the same row scaled to 1.
+  const std::vector<float> part = {0.03125f, 0.125f, 0.0625f, 0.03125f};
+  EXPECT_EQ(top_p_counts(part, masses), (std::vector<int32_t>{1, 2, 3, 3, 4, 4}));
+  // Empty and all-zero rows need no keys.
+  EXPECT_EQ(top_p_counts({}, masses), (std::vector<int32_t>(masses.size(), 0)));
+  EXPECT_EQ(top_p_counts(std::vector<float>(3, 0.0f), masses), (std::vector<int32_t>(masses.size(), 0)));
+  EXPECT_TRUE(top_p_counts(p, {}).empty());
+}
+
+TEST(Analysis, TopPCountsEqualBruteForceOnRandomRows) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<double> ud(0.05, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t n = 1 + trial % 14;
+    const float temp = 0.3f + static_cast<float>(trial % 5);  // flat to peaked softmax rows
+    std::vector<float> p(n);
+    double s = 0;
+    for (float& x : p) s += x = std::exp(temp * nd(rng));
+    for (float& x : p) x = static_cast<float>(x / s);
+    const std::vector<double> masses = {ud(rng), ud(rng), 0.9, 0.95};
+    const std::vector<int32_t> got = top_p_counts(p, masses);
+    ASSERT_EQ(got.size(), masses.size());
+    for (size_t i = 0; i < masses.size(); ++i) EXPECT_EQ(got[i], brute_top_p(p, masses[i])) << trial << " " << i;
+  }
+  // Longer softmax rows against the unsorted greedy reference.
+  for (int trial = 0; trial < 40; ++trial) {
+    const int32_t n = 50 + 37 * trial;
+    std::vector<float> p(n);
+    double s = 0;
+    for (float& x : p) s += x = std::exp(3.0f * nd(rng));
+    for (float& x : p) x = static_cast<float>(x / s);
+    const std::vector<double> masses = {0.5, 0.9, 0.95, 0.99, ud(rng)};
+    const std::vector<int32_t> got = top_p_counts(p, masses);
+    for (size_t i = 0; i < masses.size(); ++i) EXPECT_EQ(got[i], greedy_top_p(p, masses[i])) << trial << " " << i;
+    for (size_t i = 1; i < 4; ++i) EXPECT_LE(got[i - 1], got[i]);  // monotone in the mass
+  }
+}
+
+TEST(Analysis, TopPBudgetsSplitAllAndMiddleKeysPerHead) {
+  const int32_t H = 3, n = 40, sinks = 4, window = 10;
+  const std::vector<double> masses = {0.9, 0.95};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> prob(static_cast<size_t>(H) * n);
+  for (int32_t h = 0; h < H; ++h) {
+    double s = 0;
+    for (int32_t j = 0; j < n; ++j) s += prob[h * n + j] = std::exp(2.0f * (h + 1) * nd(rng));
+    for (int32_t j = 0; j < n; ++j) prob[h * n + j] = static_cast<float>(prob[h * n + j] / s);
+  }
+  std::vector<int32_t> all(H * 2), mid(H * 2);
+  top_p_budgets(prob.data(), H, n, masses, sinks, window, all.data(), mid.data());
+  for (int32_t h = 0; h < H; ++h) {
+    const std::vector<float> row(prob.begin() + h * n, prob.begin() + (h + 1) * n);
+    const std::vector<float> middle(row.begin() + sinks, row.end() - window);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(all[h * 2 + i], greedy_top_p(row, masses[i]));
+      EXPECT_EQ(mid[h * 2 + i], greedy_top_p(middle, masses[i]));
+    }
+  }
+  // No middle keys: -1.
+  top_p_budgets(prob.data(), H, n, masses, 30, 10, all.data(), mid.data());
+  EXPECT_EQ(mid, std::vector<int32_t>(H * 2, -1));
+  EXPECT_EQ(all[0], greedy_top_p(std::vector<float>(prob.begin(), prob.begin() + n), 0.9));
+}
+
 }  // namespace
 }  // namespace sieve

@@ -200,6 +200,84 @@ std::vector<double> layer_x(const json& j) {
   return x;
 }
 
+// The top-p budget block of the JSON for one key range (middle: the middle keys) and mass i.
+json top_p_block(const AnalyzeRun& r, bool middle, size_t i) {
+  const size_t n_q = r.cells.size(), n_l = r.layers.size(), n_m = r.masses.size();
+  const int32_t H = r.n_head;
+  const bool with_plan = !r.retrieval.empty();
+  auto value = [&](size_t q, size_t l, int32_t h) {
+    const std::vector<int32_t>& v = middle ? r.cells[q][l].top_p_mid : r.cells[q][l].top_p_all;
+    const int32_t c = v[static_cast<size_t>(h) * n_m + i];
+    return c < 0 ? NAN : static_cast<double>(c);
+  };
+  auto keys = [&](size_t q) {
+    const int32_t n = r.query_positions[q] + 1;
+    if (!middle) return static_cast<double>(n);
+    const int32_t c0 = std::clamp(r.exclude_sinks, 0, n), c1 = std::max(c0, n - r.exclude_window);
+    return c1 > c0 ? static_cast<double>(c1 - c0) : NAN;
+  };
+  // Queries [q0, q1): per (layer, head) the mean over them, then mean and median over layers x
+  // heads (and over the retrieval heads alone).
+  auto summary = [&](size_t q0, size_t q1) -> json {
+    if (q1 <= q0) return nullptr;
+    std::vector<double> every, retr, k;
+    for (size_t q = q0; q < q1; ++q) k.push_back(keys(q));
+    for (size_t l = 0; l < n_l; ++l) {
+      for (int32_t h = 0; h < H; ++h) {
+        std::vector<double> v;
+        for (size_t q = q0; q < q1; ++q) v.push_back(value(q, l, h));
+        const double m = finite_mean(v);
+        if (!std::isfinite(m)) continue;
+        every.push_back(m);
+        if (with_plan && r.retrieval[l * H + h]) retr.push_back(m);
+      }
+    }
+    json s = {{"keys", num(finite_mean(k))},
+              {"mean", num(every.empty() ? NAN : finite_mean(every))},
+              {"median", num(every.empty() ? NAN : median(every))}};
+    s["retrieval"] = with_plan ? json{{"mean", num(retr.empty() ? NAN : finite_mean(retr))},
+                                      {"median", num(retr.empty() ? NAN : median(retr))}}
+                               : json(nullptr);
+    return s;
+  };
+  json b = summary(0, n_q);
+  if (b.is_null()) b = json::object();
+  b["mass"] = r.masses[i];
+  b["last_prompt"] = summary(0, std::min<size_t>(1, n_q));
+  b["decode"] = summary(1, n_q);
+  json pq_mean = json::array(), pq_median = json::array(), pq_rmean = json::array(), pq_rmedian = json::array();
+  for (size_t q = 0; q < n_q; ++q) {
+    const json s = summary(q, q + 1);
+    pq_mean.push_back(s["mean"]);
+    pq_median.push_back(s["median"]);
+    pq_rmean.push_back(with_plan ? s["retrieval"]["mean"] : json(nullptr));
+    pq_rmedian.push_back(with_plan ? s["retrieval"]["median"] : json(nullptr));
+  }
+  b["per_query"] = {{"keys", [&] {
+                       std::vector<double> k;
+                       for (size_t q = 0; q < n_q; ++q) k.push_back(keys(q));
+                       return nums(k);
+                     }()},
+                    {"mean", pq_mean},
+                    {"median", pq_median},
+                    {"retrieval_mean", pq_rmean},
+                    {"retrieval_median", pq_rmedian}};
+  std::vector<double> pl(n_l);
+  json per_head = json::array();
+  for (size_t l = 0; l < n_l; ++l) {
+    std::vector<double> heads(H);
+    for (int32_t h = 0; h < H; ++h) {
+      std::vector<double> v;
+      for (size_t q = 0; q < n_q; ++q) v.push_back(value(q, l, h));
+      heads[h] = finite_mean(v);
+    }
+    pl[l] = finite_mean(heads);
+    per_head.push_back(nums(heads));
+  }
+  b["per_layer"] = {{"mean", nums(pl)}, {"per_head", per_head}};
+  return b;
+}
+
 }  // namespace
 
 json analyze_json(const AnalyzeRun& r) {
@@ -344,6 +422,36 @@ json analyze_json(const AnalyzeRun& r) {
   ln["median_layer_max_over_min"] = num(ratios.empty() ? NAN : median(ratios));
   j["logit_l1"] = ln;
 
+  // Top-p budget of the true attention.
+  if (!r.masses.empty()) {
+    json tp;
+    tp["masses"] = r.masses;
+    tp["exclude_sinks"] = r.exclude_sinks;
+    tp["exclude_window"] = r.exclude_window;
+    tp["head_plan"] = r.head_plan.empty() ? json(nullptr) : json(r.head_plan);
+    if (r.retrieval.empty()) {
+      tp["retrieval_heads"] = nullptr;
+    } else {
+      tp["retrieval_heads"] = std::count(r.retrieval.begin(), r.retrieval.end(), uint8_t{1});
+      json per_layer = json::array();
+      for (size_t l = 0; l < n_l; ++l) {
+        json heads = json::array();
+        for (int32_t h = 0; h < r.n_head; ++h) {
+          if (r.retrieval[l * r.n_head + h]) heads.push_back(h);
+        }
+        per_layer.push_back(heads);
+      }
+      tp["retrieval_per_layer"] = per_layer;
+    }
+    tp["all_keys"] = json::array();
+    tp["middle_keys"] = json::array();
+    for (size_t i = 0; i < r.masses.size(); ++i) {
+      tp["all_keys"].push_back(top_p_block(r, false, i));
+      tp["middle_keys"].push_back(top_p_block(r, true, i));
+    }
+    j["top_p"] = tp;
+  }
+
   j["timing_ms"] = {{"prefill", r.prefill_ms}, {"decode", r.decode_ms}, {"analysis", r.analysis_ms}};
   return j;
 }
@@ -468,6 +576,52 @@ std::string analyze_html(const json& j) {
     c.series.push_back({"min head", get_vec(ln["per_layer"]["min"])});
     o << svg_chart(c);
   }
+  // Top-p budget.
+  if (j.contains("top_p")) {
+    const json& tp = j["top_p"];
+    const bool plan = !tp["head_plan"].is_null();
+    o << "<h2>Top-p budget of the true attention</h2>\n<p class='note'>The fewest keys whose true "
+         "attention (softmax of q.K) sums to at least p, per query head; mean and median over layers x "
+         "heads of each head's mean over the queries. Middle keys: all but the first "
+      << tp["exclude_sinks"].get<int>() << " and the last " << tp["exclude_window"].get<int>()
+      << ", the mass renormalised over them."
+      << (plan ? " Retrieval heads: " + std::to_string(tp["retrieval_heads"].get<int>()) + " of the head plan " +
+                     escape(tp["head_plan"].get<std::string>()) + "."
+               : std::string())
+      << "</p>\n<table><tr><th>keys</th><th>p</th><th>mean</th><th>median</th>"
+      << (plan ? "<th>retrieval mean</th><th>retrieval median</th>" : "")
+      << "<th>last prompt token, mean</th><th>decode, mean</th><th>keys considered</th></tr>\n";
+    for (const char* range : {"all_keys", "middle_keys"}) {
+      for (const json& b : tp[range]) {
+        o << "<tr><td>" << (std::string(range) == "all_keys" ? "all" : "middle") << "</td><td>"
+          << fmt(get(b["mass"]), 2) << "</td><td>" << fmt(get(b["mean"]), 1) << "</td><td>"
+          << fmt(get(b["median"]), 1) << "</td>";
+        if (plan) {
+          o << "<td>" << fmt(get(b["retrieval"]["mean"]), 1) << "</td><td>" << fmt(get(b["retrieval"]["median"]), 1)
+            << "</td>";
+        }
+        o << "<td>" << (b["last_prompt"].is_null() ? "-" : fmt(get(b["last_prompt"]["mean"]), 1)) << "</td><td>"
+          << (b["decode"].is_null() ? "-" : fmt(get(b["decode"]["mean"]), 1)) << "</td><td>"
+          << fmt(get(b["keys"]), 0) << "</td></tr>\n";
+      }
+    }
+    o << "</table>\n";
+    Chart c;
+    c.title = "Top-p budget per layer (mean over heads and queries)";
+    c.x_label = "layer";
+    c.y_label = "keys (log)";
+    c.x = lx;
+    c.log_y = true;
+    for (const char* range : {"all_keys", "middle_keys"}) {
+      for (const json& b : tp[range]) {
+        c.series.push_back({std::string(std::string(range) == "all_keys" ? "all" : "middle") + " p=" +
+                                fmt(get(b["mass"]), 2),
+                            get_vec(b["per_layer"]["mean"])});
+      }
+    }
+    o << svg_chart(c);
+  }
+
   const json& t = j["timing_ms"];
   o << "<p class='note'>prefill " << fmt(get(t["prefill"]) / 1000, 1) << " s, decode "
     << fmt(get(t["decode"]) / 1000, 1) << " s, of which analysis " << fmt(get(t["analysis"]) / 1000, 1)
@@ -516,6 +670,21 @@ std::string analyze_text(const json& j) {
   o << "logit L1 norm per head: min " << fmt_g(get(ln["min"])) << ", median " << fmt_g(get(ln["median"]))
     << ", max " << fmt_g(get(ln["max"])) << " (max/min " << fmt_g(get(ln["max_over_min"]))
     << ", median within a layer " << fmt_g(get(ln["median_layer_max_over_min"])) << ")\n";
+  if (j.contains("top_p")) {
+    const json& tp = j["top_p"];
+    o << "top-p budget of the true attention (keys; mean / median over layers x heads"
+      << (tp["head_plan"].is_null() ? "" : "; retrieval heads") << "):\n";
+    for (const char* range : {"all_keys", "middle_keys"}) {
+      for (const json& b : tp[range]) {
+        o << "  " << (std::string(range) == "all_keys" ? "all keys   " : "middle keys") << " p=" << fmt(get(b["mass"]), 2)
+          << ": " << fmt(get(b["mean"]), 1) << " / " << fmt(get(b["median"]), 1);
+        if (!tp["head_plan"].is_null()) {
+          o << "; retrieval " << fmt(get(b["retrieval"]["mean"]), 1) << " / " << fmt(get(b["retrieval"]["median"]), 1);
+        }
+        o << " of " << fmt(get(b["keys"]), 0) << "\n";
+      }
+    }
+  }
   return o.str();
 }
 

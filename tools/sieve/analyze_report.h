@@ -19,6 +19,9 @@ struct AnalyzeCell {
                                      // method had no input for this query (h2o without history)
   std::vector<double> block_recall;  // [n_block] recall@k of the critical set
   std::vector<double> logit_l1;      // [n_head] L1 norm of the raw q.K logits
+  // Top-p budget of the true attention, [n_head * n_mass]: the fewest keys holding each mass,
+  // over all keys and over the middle keys (renormalised; -1 when there are none).
+  std::vector<int32_t> top_p_all, top_p_mid;
   // Against the previous analysed query (NaN for the first): mean over heads of the cosine of
   // the post-RoPE queries, of the queries rotated back to position 0, and the cosine of the
   // selection-cache fingerprints (mean over heads of the rotated query).
@@ -38,6 +41,10 @@ struct AnalyzeRun {
   std::vector<int32_t> blocks;
   int32_t sketch_dim = 0, quest_block = 16, h2o_history = 0;
   float theta = 0.9f;
+  std::vector<double> masses;  // top-p budget masses
+  int32_t exclude_sinks = 0, exclude_window = 0;
+  std::string head_plan;          // path, "" without one
+  std::vector<uint8_t> retrieval;  // [n_layers analysed * n_head] 1: retrieval head; empty without a plan
   std::vector<std::vector<AnalyzeCell>> cells;  // [n_query][n_layers analysed]
   std::vector<std::string> notes;
   double prefill_ms = 0, decode_ms = 0, analysis_ms = 0;

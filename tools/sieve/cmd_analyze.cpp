@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "analyze_report.h"
@@ -21,6 +22,7 @@
 #include "engine/sparse_seq.h"
 #include "run_common.h"
 #include "sparse/analysis.h"
+#include "sparse/head_plan.h"
 #include "sparse/policy.h"
 #include "sparse/select.h"
 #include "sparse/sketch.h"
@@ -46,6 +48,9 @@ struct AnalyzeOptions {
   int32_t sketch_dim = 0;
   std::string sketch_basis;
   int32_t chunk = 512;
+  std::vector<double> masses = {0.9, 0.95};  // top-p budget of the true attention
+  int32_t exclude_sinks = 4, exclude_window = 2048;
+  std::string head_plan;
   bool json = false;
   std::string out;
 };
@@ -59,6 +64,8 @@ struct AnalyzePlan {
   int32_t recall_k = 0;
   std::vector<int32_t> blocks;
   float theta = 0.9f;
+  std::vector<double> masses;  // top-p budget: masses, and the keys left out of the middle
+  int32_t exclude_sinks = 0, exclude_window = 0;
 };
 
 // Per analysed layer, carried from query to query.
@@ -286,6 +293,17 @@ class Analyzer : public AttentionObserver {
     cell.block_recall.clear();
     for (int32_t b : plan_.blocks) cell.block_recall.push_back(block_recall(total.data(), n, k, b));
 
+    // Top-p budget of the true attention, per head: over all keys and over the middle keys.
+    const int32_t n_mass = static_cast<int32_t>(plan_.masses.size());
+    cell.top_p_all.assign(static_cast<size_t>(H) * n_mass, 0);
+    cell.top_p_mid.assign(static_cast<size_t>(H) * n_mass, 0);
+    pool_.parallel_for(H, 1, [&](int64_t a, int64_t z) {
+      for (int64_t h = a; h < z; ++h) {
+        top_p_budgets(prob_.data() + h * n, 1, n, plan_.masses, plan_.exclude_sinks, plan_.exclude_window,
+                      cell.top_p_all.data() + h * n_mass, cell.top_p_mid.data() + h * n_mass);
+      }
+    });
+
     cell.logit_l1.resize(H);
     for (int32_t h = 0; h < H; ++h) cell.logit_l1[h] = l1_norm(logits_.data() + int64_t{h} * n, n);
 
@@ -337,6 +355,10 @@ void check_options(const AnalyzeOptions& o) {
     if (b < 1) throw UserError("--blocks " + std::to_string(b) + " is not a positive block size");
   }
   if (o.blocks.empty()) throw UserError("--blocks needs at least one block size");
+  if (o.masses.empty()) throw UserError("--mass needs at least one value");
+  for (double m : o.masses) {
+    if (!(m > 0 && m <= 1)) throw UserError("--mass " + std::to_string(m) + " is not in (0, 1]");
+  }
   if (!o.out.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
@@ -391,6 +413,12 @@ int analyze(const AnalyzeOptions& o) {
   plan.recall_k = o.recall_k;
   plan.blocks = o.blocks;
   plan.theta = run.theta;
+  plan.masses = o.masses;
+  plan.exclude_sinks = o.exclude_sinks;
+  plan.exclude_window = o.exclude_window;
+  run.masses = o.masses;
+  run.exclude_sinks = o.exclude_sinks;
+  run.exclude_window = o.exclude_window;
   for (int32_t requested : o.budgets) {
     const int32_t b = scaled_budget(requested, n_prompt);
     // Explicit sinks/local are scaled along with the budget, like the defaults.
@@ -425,6 +453,15 @@ int analyze(const AnalyzeOptions& o) {
     run.notes.push_back("sketch: PCA basis " + o.sketch_basis + " (d_s " + std::to_string(ss.dim) + ")");
   }
   const SketchProjection sketch(ss);
+
+  std::optional<HeadPlan> head_plan;
+  if (!o.head_plan.empty()) {
+    const HeadShape shape{hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim};
+    auto hpl = load_head_plan(o.head_plan, &shape);
+    if (!hpl) throw UserError(hpl.message());
+    head_plan = std::move(hpl.value());
+    run.head_plan = o.head_plan;
+  }
   run.sketch_dim = ss.dim;
 
   int n_sliding = 0;
@@ -449,6 +486,12 @@ int analyze(const AnalyzeOptions& o) {
   KvStore& kv = store.value();
   Forward fwd(model, *lm.pool, kv);
   Analyzer an(hp, *lm.pool, plan, sketch, run);
+  if (head_plan) {  // the retrieval mask of the analysed layers
+    run.retrieval.assign(run.layers.size() * hp.n_head, 0);
+    for (size_t l = 0; l < run.layers.size(); ++l) {
+      for (int32_t h = 0; h < hp.n_head; ++h) run.retrieval[l * hp.n_head + h] = head_plan->is_retrieval(run.layers[l], h);
+    }
+  }
   fwd.set_observer(&an);
   auto added = kv.add_sequence({});
   if (!added) throw UserError(added.message());
@@ -521,6 +564,16 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--sketch-basis", o->sketch_basis,
                  "PCA sketch basis (sieve calibrate --sketch-basis) instead of the random projection");
   app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--mass", o->masses,
+                 "attention masses for the top-p budget of the true attention (comma list in (0, 1]; default 0.9,0.95)")
+      ->delimiter(',');
+  app.add_option("--exclude-window", o->exclude_window,
+                 "recent keys (the query's own included) left out of the middle keys of the top-p budget")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--exclude-sinks", o->exclude_sinks, "first keys left out of the middle keys of the top-p budget")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--head-plan", o->head_plan,
+                 "a head plan (sieve calibrate): the top-p budget is also summarised over its retrieval heads");
   app.add_flag("--json", o->json, "print one JSON object on stdout");
   app.add_option("--out", o->out, "write analysis.json and analysis.html (inline SVG plots) into this directory");
   return [o]() { return analyze(*o); };

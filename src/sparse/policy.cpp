@@ -360,7 +360,10 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     p.selection_cache = false;
   } else if (preset == "tokenselect" || preset == "auto") {
     p.scorer = ScorerKind::exact;
-    p.prefill = PrefillMode::chunk;
+    // auto selects at decode only: chunk-prefill selection lost 6.3 points at 8K on SmolLM2 and
+    // 15.4 at 32K on Gemma 3, decode-only selection 0.6 and 0 (bench/RESULTS.md, "The model on
+    // the GPU"); the tokenselect preset keeps the paper's chunk prefill.
+    p.prefill = preset == "auto" ? PrefillMode::dense : PrefillMode::chunk;
     p.positions = PositionMode::auto_;
   } else if (preset == "sketch") {
     p.scorer = ScorerKind::sketch;

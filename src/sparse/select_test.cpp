@@ -219,6 +219,10 @@ TEST(Policy, AutoResolvesByPromptLength) {
   PolicyConfig a = *make_policy("auto");
   EXPECT_TRUE(resolve_auto(a, 100).is_dense());
   EXPECT_EQ(resolve_auto(a, 100000).preset, auto_sparse_preset());
+  // auto selects at decode and prefills densely (chunk selection cost quality: RESULTS.md);
+  // the tokenselect preset keeps the paper's chunk prefill
+  EXPECT_EQ(resolve_auto(a, 100000).prefill, PrefillMode::dense);
+  EXPECT_EQ(make_policy("tokenselect")->prefill, PrefillMode::chunk);
 }
 
 }  // namespace

@@ -10,8 +10,7 @@ namespace sieve::cli {
 
 void add_backend_flag(CLI::App& app, std::string& backend) {
   app.add_option("--backend", backend,
-                 "cpu (default) or cuda: the whole model on an NVIDIA GPU (dense or tokenselect; "
-                 "models whose layers all attend fully, e.g. SmolLM2)")
+                 "cpu (default) or cuda: the whole model on an NVIDIA GPU (dense or tokenselect; docs/gpu.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 

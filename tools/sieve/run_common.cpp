@@ -43,7 +43,7 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p) {
   for (std::string_view n : policy_presets()) names += (names.empty() ? "" : ", ") + std::string(n);
   app.add_option("--policy", p.name,
                  "attention policy NAME or NAME:key=value:... (as sieve eval): " + names + " (auto: " +
-                     std::string(auto_sparse_preset()) + " from " + std::to_string(auto_min_prompt()) +
+                     std::string(auto_sparse_preset()) + " at decode, dense prefill, from " + std::to_string(auto_min_prompt()) +
                      " prompt tokens, dense below)");
   app.add_option("--policy-file", p.file, "policy file: JSON object or key = value lines");
   app.add_option("--set", p.sets, "policy knob key=value (repeatable; see docs/sparse.md)");

@@ -14,13 +14,21 @@
 
 namespace sieve {
 
+// A test model by file name, loaded (nullptr when absent or unloadable).
+inline std::shared_ptr<const Model> load_test_model(const char* file) {
+  const std::string path = test_model_path(file);
+  if (path.empty()) return nullptr;
+  auto r = load_model(path);
+  return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
+}
+
 inline std::shared_ptr<const Model> test_smollm2() {
-  static std::shared_ptr<const Model> m = [] {
-    const std::string path = test_model_path("smollm2.gguf");
-    if (path.empty()) return std::shared_ptr<const Model>();
-    auto r = load_model(path);
-    return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
-  }();
+  static std::shared_ptr<const Model> m = load_test_model("smollm2.gguf");
+  return m;
+}
+
+inline std::shared_ptr<const Model> test_gemma3() {
+  static std::shared_ptr<const Model> m = load_test_model("gemma3-270m.gguf");
   return m;
 }
 

@@ -39,26 +39,15 @@ class LocalRunner final : public Runner_i {
     std::string text;
     auto st = gen_->generate(r.tokens, g, [&](int32_t t) {
       out.push_back(t);
-      if (!r.stop_at_newline) return true;
-      text += model_.tokenizer->token_to_piece(t);
-      return answer_line_end(text) == std::string::npos;
+      return answer_continues(model_, r, text, t);
     });
     if (!st) {
       gen_.reset();  // a failed step may leave the store in any state
       return st.error();
     }
-    Completion c;
-    c.text = model_.tokenizer->decode(out);
-    if (r.stop_at_newline) c.text = c.text.substr(0, answer_line_end(c.text));
-    c.prompt_tokens = st->prompt_tokens;
+    Completion c = completion_of(model_, r, out, *st);
     c.reused_tokens = st->cached_tokens;
     c.prefill_tokens = st->prompt_tokens - st->cached_tokens;
-    c.completion_tokens = st->completion_tokens;
-    c.prefill_ms = st->prefill_ms;
-    c.decode_ms = st->decode_ms;
-    c.selected_fraction = st->sparse.selected_fraction();
-    c.mean_selected = st->sparse.layer_steps > 0 ? st->sparse.mean_selected() : -1;
-    c.policy = st->policy;
     return c;
   }
 
@@ -71,6 +60,28 @@ class LocalRunner final : public Runner_i {
 };
 
 }  // namespace
+
+bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t) {
+  if (!r.stop_at_newline) return true;
+  text += model.tokenizer->token_to_piece(t);
+  return answer_line_end(text) == std::string::npos;
+}
+
+Completion completion_of(const Model& model, const CompletionRequest& r, std::span<const int32_t> out,
+                         const GenerateStats& st) {
+  Completion c;
+  c.text = model.tokenizer->decode(out);
+  if (r.stop_at_newline) c.text = c.text.substr(0, answer_line_end(c.text));
+  c.prompt_tokens = st.prompt_tokens;
+  c.prefill_tokens = st.prompt_tokens;
+  c.completion_tokens = st.completion_tokens;
+  c.prefill_ms = st.prefill_ms;
+  c.decode_ms = st.decode_ms;
+  c.selected_fraction = st.sparse.selected_fraction();
+  c.mean_selected = st.sparse.layer_steps > 0 ? st.sparse.mean_selected() : -1;
+  c.policy = st.policy;
+  return c;
+}
 
 size_t answer_line_end(std::string_view text) {
   for (size_t i = 0; i < text.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "core/result.h"
 #include "core/thread_pool.h"
+#include "engine/generate.h"
 #include "eval/policies.h"
 #include "model/model.h"
 
@@ -61,6 +62,13 @@ struct LocalRunnerOptions {
   int32_t n_batch = 512;     // prefill chunk
   bool prefix_cache = true;  // keep the KV store between samples (the engine's prefix cache)
 };
+
+// Shared by in-process runners. The output so far gets token t: false once the answer line of
+// a stop_at_newline request has ended (text accumulates the pieces).
+bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t);
+// The completion of r from its generated tokens and the generation's statistics.
+Completion completion_of(const Model& model, const CompletionRequest& r, std::span<const int32_t> out,
+                         const GenerateStats& st);
 
 // Greedy decoding in this process through sieve::Generator, with the request's policy. With
 // prefix_cache the Generator (and its paged KV store) lives across samples of one policy, so

@@ -216,6 +216,15 @@ struct GpuSession::Impl {
   Status enqueue(int32_t n, bool sparse);
   Status run(std::span<const int32_t> tokens, std::vector<float>& logits);
   cuda::paged_kv kv_view(int il) const;
+  // One query per head against layer il's paged KV (decode attention or the exact scorer).
+  cuda::decode_params decode_base(int il, const bf16* query) const {
+    cuda::decode_params d;
+    d.kv = kv_view(il);
+    d.q = query;
+    d.n_q_heads = hp.n_head;
+    d.scale = hp.attn_scale;
+    return d;
+  }
   // Decode-step graphs, [0] dense and [1] sparse; null until first used (or when capture failed).
   cudaGraphExec_t graph[2] = {nullptr, nullptr};
   bool graph_failed[2] = {false, false};
@@ -449,11 +458,7 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   sel.out_stride = pol.top_k;
   sel.out_count = sel_cnt;
   // exact paged q.K (chunks past the length are empty) -> per-head softmax summed -> top-k
-  cuda::decode_params s;
-  s.kv = kv_view(il);
-  s.q = qsel;
-  s.n_q_heads = hp.n_head;
-  s.scale = hp.attn_scale;
+  cuda::decode_params s = decode_base(il, qsel);
   s.logits = sc_logits;
   s.logit_stride = score_stride;
   s.stats = sc_stats;
@@ -534,11 +539,7 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
     }
     return cuda::prefill_attention(p, lc);
   }
-  cuda::decode_params a;
-  a.kv = kv_view(il);
-  a.q = q;
-  a.n_q_heads = hp.n_head;
-  a.scale = hp.attn_scale;
+  cuda::decode_params a = decode_base(il, q);
   a.o = o;
   a.ws_o = ws_o;
   a.ws_ml = ws_ml;

@@ -168,16 +168,6 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
 
 // Gemma 3 (sliding-window layers of 512 tokens, one global layer in six, QK norms, post-norms,
 // GeGLU): a 1200-token prompt crosses the window several times.
-std::shared_ptr<const Model> test_gemma3() {
-  static std::shared_ptr<const Model> m = [] {
-    const std::string path = test_model_path("gemma3-270m.gguf");
-    if (path.empty()) return std::shared_ptr<const Model>();
-    auto r = load_model(path);
-    return r.ok() ? std::shared_ptr<const Model>(std::move(r.value())) : nullptr;
-  }();
-  return m;
-}
-
 TEST(GpuSession, Gemma3SlidingWindowLayersMatchTheCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   auto model = test_gemma3();

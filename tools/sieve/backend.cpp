@@ -71,25 +71,12 @@ class GpuEvalRunner final : public eval::Runner_i {
     try {
       st = gpu_.generate(r.tokens, g, [&](int32_t t) {
         out.push_back(t);
-        if (!r.stop_at_newline) return true;
-        text += model_.tokenizer->token_to_piece(t);
-        return eval::answer_line_end(text) == std::string::npos;
+        return eval::answer_continues(model_, r, text, t);
       });
     } catch (const UserError& e) {
       return make_error("{}", e.what());
     }
-    eval::Completion c;
-    c.text = model_.tokenizer->decode(out);
-    if (r.stop_at_newline) c.text = c.text.substr(0, eval::answer_line_end(c.text));
-    c.prompt_tokens = st.prompt_tokens;
-    c.prefill_tokens = st.prompt_tokens;
-    c.completion_tokens = st.completion_tokens;
-    c.prefill_ms = st.prefill_ms;
-    c.decode_ms = st.decode_ms;
-    c.selected_fraction = st.sparse.selected_fraction();
-    c.mean_selected = st.sparse.layer_steps > 0 ? st.sparse.mean_selected() : -1;
-    c.policy = st.policy;
-    return c;
+    return eval::completion_of(model_, r, out, st);
   }
 
  private:

@@ -102,7 +102,7 @@ bool gpu_available() {
 
 Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   GpuPolicy g;
-  g.name = p.preset;
+  g.name = p.describe();  // "tokenselect prefill=dense" for auto: what runs
   if (p.is_dense()) return g;
   if (p.preset != "tokenselect" || p.scorer != ScorerKind::exact) {
     return make_error(

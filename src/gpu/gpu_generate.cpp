@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "core/log.h"
 #include "engine/sampler.h"
 
 namespace sieve {
@@ -19,11 +20,8 @@ Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, s
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
   if (prompt.empty()) return make_error("the prompt is empty");
-  if (static_cast<int64_t>(prompt.size()) > session.max_ctx()) {
-    return make_error("the prompt has {} tokens, more than the context of {}; use a larger --ctx-size or a shorter prompt",
-                      prompt.size(), session.max_ctx());
-  }
   session.reset();
+  SIEVE_TRY(session.fits(static_cast<int64_t>(prompt.size())));
   GenerateStats st;
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
   st.policy = session.policy().name;
@@ -49,7 +47,11 @@ Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, s
       break;
     }
     if (!on_token(t)) break;
-    if (i + 1 == opt.n_predict || session.n_tokens() >= session.max_ctx()) break;
+    if (i + 1 == opt.n_predict) break;
+    if (Status room = session.fits(1); !room) {  // the context (or TokenSelect's trained length) is full
+      log_warn("generation stopped after {} tokens: {}", st.completion_tokens, room.message());
+      break;
+    }
     const int32_t one[1] = {t};
     SIEVE_TRY(session.step(one, logits));
   }

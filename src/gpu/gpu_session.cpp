@@ -124,6 +124,7 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   g.sinks = p.sinks;
   g.local = p.local;
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
+  g.compact_beyond_train = p.positions == PositionMode::auto_;
   return g;
 }
 
@@ -215,6 +216,22 @@ struct GpuSession::Impl {
   // logits_host; no synchronisation.
   Status enqueue(int32_t n, bool sparse);
   Status run(std::span<const int32_t> tokens, std::vector<float>& logits);
+  // Whether the sequence may grow to len tokens: the context, and TokenSelect's positions=auto,
+  // which the CPU turns into compact positions past the trained context (not on the GPU).
+  Status fits(int64_t len) const {
+    if (len > max_ctx) {
+      return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
+                        len, max_ctx);
+    }
+    if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
+      return make_error(
+          "the sequence would reach {} tokens, past the {} the model was trained with: tokenselect switches to "
+          "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
+          "positions=original to keep original positions on the GPU, or --backend cpu",
+          len, hp.n_ctx_train);
+    }
+    return {};
+  }
   cuda::paged_kv kv_view(int il) const;
   // One query per head against layer il's paged KV (decode attention or the exact scorer).
   cuda::decode_params decode_base(int il, const bf16* query) const {
@@ -616,14 +633,18 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (n <= 0) return make_error("gpu: empty step");
   if (n > max_chunk()) return make_error("gpu: a step of {} tokens exceeds the chunk of {}", n, max_chunk());
-  if (n_tok + n > max_ctx) {
-    return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
-                      n_tok + n, max_ctx);
-  }
+  SIEVE_TRY(fits(int64_t{n_tok} + n));
   for (int32_t t : tokens) {
     if (t < 0 || t >= hp.n_vocab) return make_error("gpu: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
   }
   const int32_t len = n_tok + n;
+  if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
+    return make_error(
+        "the sequence reaches {} tokens, past the {} the model was trained with: tokenselect would switch to "
+        "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
+        "positions=original to keep original positions on the GPU, or --backend cpu",
+        len, hp.n_ctx_train);
+  }
   io_host[0] = 0;
   io_host[1] = (len + k_page - 1) / k_page;
   io_host[2] = len - (io_host[1] - 1) * k_page;
@@ -706,10 +727,7 @@ Status GpuSession::step(std::span<const int32_t> tokens, std::vector<float>& log
 
 Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& logits) {
   if (tokens.empty()) return make_error("gpu: empty prompt");
-  if (impl_->n_tok + static_cast<int64_t>(tokens.size()) > impl_->max_ctx) {
-    return make_error("the prompt has {} tokens and the context {} (holding {}); use a larger --ctx-size or a shorter prompt",
-                      tokens.size(), impl_->max_ctx, impl_->n_tok);
-  }
+  SIEVE_TRY(fits(static_cast<int64_t>(tokens.size())));
   for (size_t i = 0; i < tokens.size(); i += max_chunk()) {
     const size_t n = std::min<size_t>(max_chunk(), tokens.size() - i);
     SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits));
@@ -717,6 +735,7 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
   return {};
 }
 
+Status GpuSession::fits(int64_t n_more) const { return impl_->fits(impl_->n_tok + n_more); }
 int32_t GpuSession::n_tokens() const { return impl_->n_tok; }
 int32_t GpuSession::max_ctx() const { return impl_->max_ctx; }
 int64_t GpuSession::kv_bytes() const {

@@ -26,6 +26,10 @@ struct GpuPolicy {
   int32_t sinks = 128;       // first tokens, always read
   int32_t local = 512;       // most recent tokens before the query, always read
   bool chunk_prefill = true; // prefill chunks attend to one selection from the chunk's mean query
+  // positions=auto: the CPU renumbers selected tokens (compact positions) once a sequence passes
+  // the model's trained context; the GPU path has no compact positions, so such a sequence is
+  // an error there (positions=original runs on)
+  bool compact_beyond_train = false;
   std::string name = "dense";
   bool operator==(const GpuPolicy&) const = default;
 };
@@ -64,6 +68,9 @@ class GpuSession {
   // Prefill in chunks of max_chunk(): logits of the last prompt token.
   Status prefill(std::span<const int32_t> tokens, std::vector<float>& logits);
 
+  // Whether n_more tokens can still be appended: the context size, and TokenSelect's
+  // positions=auto past the trained context (compact positions: CPU only). An error says why.
+  Status fits(int64_t n_more) const;
   int32_t n_tokens() const;
   int32_t max_ctx() const;
   static constexpr int32_t max_chunk() { return 512; }

@@ -218,6 +218,23 @@ TEST(GpuSession, BadInputIsAnError) {
   const int32_t bad[1] = {model->hp.n_vocab};
   EXPECT_FALSE((*s)->step(bad, logits).ok());
   EXPECT_EQ((*s)->n_tokens(), 0);
+
+  // TokenSelect past the trained context: positions=auto means compact positions on the CPU,
+  // which the GPU lacks - an error naming the way out; positions=original runs
+  const int32_t train = model->hp.n_ctx_train;
+  const std::vector<int32_t> past(train + 1, 100);
+  auto ts = make_policy("tokenselect");
+  ASSERT_TRUE(ts.ok());
+  auto gs = GpuSession::create(*model, train + 8, *gpu_policy_from(*ts));
+  ASSERT_TRUE(gs.ok()) << gs.message();
+  const Status past_st = (*gs)->prefill(past, logits);
+  ASSERT_FALSE(past_st.ok());
+  EXPECT_NE(past_st.message().find("positions=original"), std::string::npos) << past_st.message();
+  auto orig = make_policy("tokenselect", std::vector<std::string>{"positions=original"});
+  ASSERT_TRUE(orig.ok());
+  auto go = GpuSession::create(*model, train + 8, *gpu_policy_from(*orig));
+  ASSERT_TRUE(go.ok());
+  EXPECT_TRUE((*go)->prefill(past, logits).ok());
   auto h2o = make_policy("h2o");
   ASSERT_TRUE(h2o.ok());
   EXPECT_FALSE(gpu_policy_from(*h2o).ok());

@@ -638,13 +638,6 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
     if (t < 0 || t >= hp.n_vocab) return make_error("gpu: token id {} is outside the vocabulary [0, {})", t, hp.n_vocab);
   }
   const int32_t len = n_tok + n;
-  if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
-    return make_error(
-        "the sequence reaches {} tokens, past the {} the model was trained with: tokenselect would switch to "
-        "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
-        "positions=original to keep original positions on the GPU, or --backend cpu",
-        len, hp.n_ctx_train);
-  }
   io_host[0] = 0;
   io_host[1] = (len + k_page - 1) / k_page;
   io_host[2] = len - (io_host[1] - 1) * k_page;

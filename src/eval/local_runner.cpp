@@ -15,11 +15,7 @@ class LocalRunner final : public Runner_i {
   std::string backend() const override { return "local"; }
 
   Result<Completion> complete(const CompletionRequest& r) override {
-    if (r.tokens.empty()) return make_error("empty prompt");
-    if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > opt_.n_ctx) {
-      return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}",
-                        r.tokens.size(), r.max_new_tokens, opt_.n_ctx);
-    }
+    SIEVE_TRY(check_request(r, opt_.n_ctx));
     // The Generator keeps its KV store (and so its prefix cache) across calls of one policy
     // when that cannot change results; otherwise every request gets a fresh one.
     const std::string label = policy_label(r.policy);
@@ -60,6 +56,15 @@ class LocalRunner final : public Runner_i {
 };
 
 }  // namespace
+
+Status check_request(const CompletionRequest& r, int32_t n_ctx) {
+  if (r.tokens.empty()) return make_error("empty prompt");
+  if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > n_ctx) {
+    return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}", r.tokens.size(),
+                      r.max_new_tokens, n_ctx);
+  }
+  return {};
+}
 
 bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t) {
   if (!r.stop_at_newline) return true;

@@ -63,7 +63,10 @@ struct LocalRunnerOptions {
   bool prefix_cache = true;  // keep the KV store between samples (the engine's prefix cache)
 };
 
-// Shared by in-process runners. The output so far gets token t: false once the answer line of
+// Shared by in-process runners. A request they can take: a prompt, and room for it and its
+// generation in a context of n_ctx tokens.
+Status check_request(const CompletionRequest& r, int32_t n_ctx);
+// The output so far gets token t: false once the answer line of
 // a stop_at_newline request has ended (text accumulates the pieces).
 bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t);
 // The completion of r from its generated tokens and the generation's statistics.

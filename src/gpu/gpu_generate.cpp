@@ -21,22 +21,16 @@ Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, s
   };
   if (prompt.empty()) return make_error("the prompt is empty");
   session.reset();
-  SIEVE_TRY(session.fits(static_cast<int64_t>(prompt.size())));
   GenerateStats st;
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
   st.policy = session.policy().name;
   std::vector<float> logits;
   const auto t0 = clock::now();
-  for (size_t i = 0; i < prompt.size(); i += GpuSession::max_chunk()) {
-    const size_t n = std::min<size_t>(GpuSession::max_chunk(), prompt.size() - i);
-    SIEVE_TRY(session.step(prompt.subspan(i, n), logits));
-    if (opt.on_prefill_progress) opt.on_prefill_progress(static_cast<int64_t>(i + n), st.prompt_tokens);
-  }
+  SIEVE_TRY(session.prefill(prompt, logits, opt.on_prefill_progress));
   const auto t1 = clock::now();
   st.prefill_ms = ms(t0, t1);
   Sampler sampler(opt.sampling);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
-  const GpuStats prefill_stats = session.stats();
   auto t_dec = clock::now();
   for (int32_t i = 0; i < opt.n_predict; ++i) {
     const int32_t t = sampler.sample(logits, history);
@@ -59,13 +53,11 @@ Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, s
   const GpuStats& gs = session.stats();
   st.kv_bytes = session.kv_bytes();
   st.n_layers_full = model.hp.n_layer;
-  st.kv_bytes_per_token_full = int64_t{model.hp.kv_dim()} * 2 * 2 * model.hp.n_layer;
-  const int64_t layer_steps = gs.sparse_layer_steps + gs.dense_layer_steps -
-                              (prefill_stats.sparse_layer_steps + prefill_stats.dense_layer_steps);
-  st.sparse.layer_steps = layer_steps;
-  st.sparse.selected_tokens = static_cast<int64_t>(gs.keys_read - prefill_stats.keys_read);
-  st.sparse.context_tokens = static_cast<int64_t>(gs.keys_total - prefill_stats.keys_total);
-  st.sparse.selections = gs.sparse_layer_steps - prefill_stats.sparse_layer_steps;
+  st.kv_bytes_per_token_full = session.kv_bytes_per_token();
+  st.sparse.layer_steps = gs.sparse_layer_steps + gs.dense_layer_steps;  // decode only (GpuStats)
+  st.sparse.selected_tokens = static_cast<int64_t>(gs.keys_read);
+  st.sparse.context_tokens = static_cast<int64_t>(gs.keys_total);
+  st.sparse.selections = gs.sparse_layer_steps;
   st.sparse.bytes_read = st.sparse.selected_tokens * int64_t{model.hp.kv_dim()} * 2 * 2;
   st.sparse.kv_bytes_held = st.kv_bytes;
   return st;

@@ -129,7 +129,6 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
 }
 
 struct GpuSession::Impl {
-  const Model* model = nullptr;
   ModelHParams hp;
   GpuPolicy pol;
   int32_t max_ctx = 0, n_pages = 0, n_tok = 0;
@@ -156,7 +155,6 @@ struct GpuSession::Impl {
   uint8_t* sel_ws = nullptr;
   int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
   int64_t score_stride = 0;
-  int32_t max_score_chunks = 0;
   // per-step inputs: one pinned host block copied to one device block
   // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | slot int64[C] | ids[C] | pos[C]
   int32_t* io_host = nullptr;
@@ -246,11 +244,9 @@ struct GpuSession::Impl {
   cudaGraphExec_t graph[2] = {nullptr, nullptr};
   bool graph_failed[2] = {false, false};
   int32_t dense_splits = 1, sparse_splits = 1, score_chunk = 512, score_chunks = 1;
-  void* blas_ws = nullptr;
 };
 
 Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
-  model = &m;
   hp = m.hp;
   pol = p;
   if (!gpu_available()) return make_error("--backend cuda: no CUDA device is visible (use --backend cpu)");
@@ -381,14 +377,12 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
     constexpr int64_t k_blas_ws = 32 << 20;
     auto bw = mem.alloc<uint8_t>(k_blas_ws, "cuBLAS workspace");
     if (!bw) return bw.error();
-    blas_ws = *bw;
-    SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, blas_ws, k_blas_ws), "workspace"));
+    SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, *bw, k_blas_ws), "workspace"));
   }
   if (pol.sparse) {
     score_stride = cuda::score_row_stride(max_ctx);
-    max_score_chunks = score_chunks;
     SIEVE_TRY(fl(sc_logits, hp.n_head_kv * G * score_stride, "selection scores"));
-    SIEVE_TRY(fl(sc_stats, int64_t{hp.n_head_kv} * max_score_chunks * G * 2, "selection scores"));
+    SIEVE_TRY(fl(sc_stats, int64_t{hp.n_head_kv} * score_chunks * G * 2, "selection scores"));
     SIEVE_TRY(fl(scores, (hp.n_head_kv + 1) * score_stride, "selection scores"));
     auto ws = mem.alloc<uint8_t>(cuda::select_ws_bytes(hp.n_head_kv, max_ctx), "selection workspace");
     if (!ws) return ws.error();
@@ -649,8 +643,10 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
     ids_host()[i] = tokens[i];
     pos_host()[i] = n_tok + i;
   }
-  // TokenSelect decodes sparsely once the selectable range exceeds the budget.
-  const bool sparse = n == 1 && pol.sparse && int64_t{len} - pol.sinks - (pol.local + 1) > pol.top_k;
+  // TokenSelect selects once the tokens before the step exceed sinks + window + budget (the
+  // CPU's threshold()), for a decode token and for a prefill chunk (prefill=chunk) alike.
+  const bool selects = pol.sparse && int64_t{n_tok} - pol.sinks - pol.local > pol.top_k;
+  const bool sparse = n == 1 && selects;
   if (n == 1) {  // decode: replay the step's graph (captured on first use)
     cudaGraphExec_t& g = graph[sparse];
     if (!g && !graph_failed[sparse]) {
@@ -675,8 +671,7 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
       SIEVE_TRY(enqueue(1, sparse));
     }
   } else {
-    // TokenSelect prefill: once the tokens before the chunk exceed sinks + window + budget
-    const bool chunk_sparse = pol.sparse && pol.chunk_prefill && int64_t{n_tok} - pol.sinks - pol.local > pol.top_k;
+    const bool chunk_sparse = selects && pol.chunk_prefill;
     SIEVE_TRY(enqueue(n, chunk_sparse));
     if (chunk_sparse) stats.prefill_selections += n_full_layers();
   }
@@ -718,12 +713,15 @@ Status GpuSession::step(std::span<const int32_t> tokens, std::vector<float>& log
   return impl_->run(tokens, logits);
 }
 
-Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& logits) {
+Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& logits,
+                           const std::function<void(int64_t, int64_t)>& progress) {
   if (tokens.empty()) return make_error("gpu: empty prompt");
   SIEVE_TRY(fits(static_cast<int64_t>(tokens.size())));
-  for (size_t i = 0; i < tokens.size(); i += max_chunk()) {
-    const size_t n = std::min<size_t>(max_chunk(), tokens.size() - i);
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  for (int64_t i = 0; i < total; i += max_chunk()) {
+    const int64_t n = std::min<int64_t>(max_chunk(), total - i);
     SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits));
+    if (progress) progress(i + n, total);
   }
   return {};
 }
@@ -731,9 +729,10 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
 Status GpuSession::fits(int64_t n_more) const { return impl_->fits(impl_->n_tok + n_more); }
 int32_t GpuSession::n_tokens() const { return impl_->n_tok; }
 int32_t GpuSession::max_ctx() const { return impl_->max_ctx; }
-int64_t GpuSession::kv_bytes() const {
-  return int64_t{impl_->n_tok} * impl_->hp.kv_dim() * 2 * 2 * impl_->hp.n_layer;
+int64_t GpuSession::kv_bytes_per_token() const {
+  return int64_t{impl_->hp.kv_dim()} * 2 * 2 * impl_->hp.n_layer;  // bf16 K and V, every layer
 }
+int64_t GpuSession::kv_bytes() const { return impl_->n_tok * kv_bytes_per_token(); }
 int64_t GpuSession::weight_bytes() const { return impl_->weight_bytes; }
 const GpuStats& GpuSession::stats() const { return impl_->stats; }
 const GpuPolicy& GpuSession::policy() const { return impl_->pol; }

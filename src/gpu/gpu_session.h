@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +38,8 @@ struct GpuPolicy {
 // The GPU form of a CPU policy, or an error naming what the CUDA backend cannot run.
 Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p);
 
+// Since the last reset(). The decode fields count decode steps only (a prefill chunk adds to
+// steps and prefill_selections), so after a prefill they read as the decode's own figures.
 struct GpuStats {
   int64_t steps = 0;               // forward steps (prefill chunks + decode tokens)
   int64_t sparse_layer_steps = 0;  // decode layer-steps that attended to a selection
@@ -65,8 +68,10 @@ class GpuSession {
   // returns the logits of the last one ([n_vocab]). On error the sequence is left as it was
   // before the call only for argument errors; a device error leaves the session unusable.
   Status step(std::span<const int32_t> tokens, std::vector<float>& logits);
-  // Prefill in chunks of max_chunk(): logits of the last prompt token.
-  Status prefill(std::span<const int32_t> tokens, std::vector<float>& logits);
+  // Prefill in chunks of max_chunk(): logits of the last prompt token; progress(done, total)
+  // after each chunk.
+  Status prefill(std::span<const int32_t> tokens, std::vector<float>& logits,
+                 const std::function<void(int64_t, int64_t)>& progress = {});
 
   // Whether n_more tokens can still be appended: the context size, and TokenSelect's
   // positions=auto past the trained context (compact positions: CPU only). An error says why.
@@ -75,6 +80,7 @@ class GpuSession {
   int32_t max_ctx() const;
   static constexpr int32_t max_chunk() { return 512; }
   int64_t kv_bytes() const;       // K/V held by the sequence now
+  int64_t kv_bytes_per_token() const;
   int64_t weight_bytes() const;   // device memory of the weights
   const GpuStats& stats() const;
   const GpuPolicy& policy() const;

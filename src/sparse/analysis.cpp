@@ -278,10 +278,15 @@ std::vector<int32_t> top_p_counts(std::span<const float> p, std::span<const doub
   return out;
 }
 
+std::pair<int32_t, int32_t> middle_keys(int32_t n, int32_t sinks, int32_t window) {
+  const int32_t c0 = std::clamp(sinks, 0, n);
+  return {c0, std::max(c0, n - std::max(window, 0))};
+}
+
 void top_p_budgets(const float* prob, int32_t n_head, int32_t n, std::span<const double> masses,
                    int32_t sinks, int32_t window, int32_t* out_all, int32_t* out_mid) {
   const int32_t n_m = static_cast<int32_t>(masses.size());
-  const int32_t c0 = std::clamp(sinks, 0, n), c1 = std::max(c0, n - std::max(window, 0));
+  const auto [c0, c1] = middle_keys(n, sinks, window);
   for (int32_t h = 0; h < n_head; ++h) {
     const float* row = prob + int64_t{h} * n;
     const std::vector<int32_t> a = top_p_counts(std::span<const float>(row, n), masses);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/rope_mode.h"
@@ -120,6 +121,10 @@ void mean_over_heads(const float* q, int32_t n_head, int32_t head_dim, float* ou
 // entries): entries sorted descending, counted until the running sum reaches the target.
 // One sort serves every mass. 0 for an empty row (or an all-zero one).
 std::vector<int32_t> top_p_counts(std::span<const float> p, std::span<const double> masses);
+
+// The middle keys [first, second) of a row of n keys: past the first `sinks`, before the
+// last `window` (an empty range when they overlap).
+std::pair<int32_t, int32_t> middle_keys(int32_t n, int32_t sinks, int32_t window);
 
 // The top-p budgets of every head of one query: out_all[h * n_mass + i] over all keys [0, n)
 // of prob[h] ([n_head, n]), out_mid[h * n_mass + i] over the middle keys

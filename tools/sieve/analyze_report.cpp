@@ -210,18 +210,18 @@ json top_p_block(const AnalyzeRun& r, bool middle, size_t i) {
     const int32_t c = v[static_cast<size_t>(h) * n_m + i];
     return c < 0 ? NAN : static_cast<double>(c);
   };
-  auto keys = [&](size_t q) {
+  std::vector<double> keys(n_q);  // keys each query's budget was counted over
+  for (size_t q = 0; q < n_q; ++q) {
     const int32_t n = r.query_positions[q] + 1;
-    if (!middle) return static_cast<double>(n);
-    const int32_t c0 = std::clamp(r.exclude_sinks, 0, n), c1 = std::max(c0, n - r.exclude_window);
-    return c1 > c0 ? static_cast<double>(c1 - c0) : NAN;
-  };
+    const auto [c0, c1] = middle_keys(n, r.exclude_sinks, r.exclude_window);
+    keys[q] = !middle ? static_cast<double>(n) : c1 > c0 ? static_cast<double>(c1 - c0) : NAN;
+  }
   // Queries [q0, q1): per (layer, head) the mean over them, then mean and median over layers x
   // heads (and over the retrieval heads alone).
   auto summary = [&](size_t q0, size_t q1) -> json {
     if (q1 <= q0) return nullptr;
-    std::vector<double> every, retr, k;
-    for (size_t q = q0; q < q1; ++q) k.push_back(keys(q));
+    std::vector<double> every, retr;
+    const std::vector<double> k(keys.begin() + q0, keys.begin() + q1);
     for (size_t l = 0; l < n_l; ++l) {
       for (int32_t h = 0; h < H; ++h) {
         std::vector<double> v;
@@ -253,11 +253,7 @@ json top_p_block(const AnalyzeRun& r, bool middle, size_t i) {
     pq_rmean.push_back(with_plan ? s["retrieval"]["mean"] : json(nullptr));
     pq_rmedian.push_back(with_plan ? s["retrieval"]["median"] : json(nullptr));
   }
-  b["per_query"] = {{"keys", [&] {
-                       std::vector<double> k;
-                       for (size_t q = 0; q < n_q; ++q) k.push_back(keys(q));
-                       return nums(k);
-                     }()},
+  b["per_query"] = {{"keys", nums(keys)},
                     {"mean", pq_mean},
                     {"median", pq_median},
                     {"retrieval_mean", pq_rmean},

@@ -33,16 +33,20 @@ GenerateStats GpuRunner::generate(std::span<const int32_t> prompt, const Generat
                                   const std::function<bool(int32_t)>& on_token) {
   auto pol = gpu_policy_for(g.policy, static_cast<int64_t>(prompt.size()));
   if (!pol) throw UserError(pol.message());
-  if (!impl_->session || !(impl_->made_for == *pol)) {
-    impl_->session.reset();
-    auto s = GpuSession::create(*impl_->model, impl_->n_ctx, *pol);
-    if (!s) throw UserError(s.message());
-    impl_->session = std::move(s.value());
-    impl_->made_for = *pol;
-  }
-  auto r = generate_on_gpu(*impl_->session, *impl_->model, prompt, g, on_token);
+  auto r = generate_on_gpu(session(*pol), *impl_->model, prompt, g, on_token);
   if (!r) throw UserError(r.message());
   return *r;
+}
+
+GpuSession& GpuRunner::session(const GpuPolicy& p) {
+  if (!impl_->session || !(impl_->made_for == p)) {
+    impl_->session.reset();  // free the old session's memory first
+    auto s = GpuSession::create(*impl_->model, impl_->n_ctx, p);
+    if (!s) throw UserError(s.message());
+    impl_->session = std::move(s.value());
+    impl_->made_for = p;
+  }
+  return *impl_->session;
 }
 
 std::string GpuRunner::device() const {
@@ -56,11 +60,7 @@ class GpuEvalRunner final : public eval::Runner_i {
   GpuEvalRunner(const Model& model, int32_t n_ctx) : model_(model), gpu_(model, n_ctx), n_ctx_(n_ctx) {}
   std::string backend() const override { return "cuda"; }
   Result<eval::Completion> complete(const eval::CompletionRequest& r) override {
-    if (r.tokens.empty()) return make_error("empty prompt");
-    if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > n_ctx_) {
-      return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}", r.tokens.size(),
-                        r.max_new_tokens, n_ctx_);
-    }
+    SIEVE_TRY(eval::check_request(r, n_ctx_));
     GenerateOptions g;
     g.n_predict = r.max_new_tokens;
     g.sampling.temperature = 0.0f;
@@ -91,16 +91,17 @@ std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t
 }
 #else
 std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t) {
-  throw UserError("--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu");
+  throw UserError(k_no_cuda_error);
 }
 struct GpuRunner::Impl {};
 GpuRunner::GpuRunner(const Model&, int32_t) {
-  throw UserError("--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu");
+  throw UserError(k_no_cuda_error);
 }
 GpuRunner::~GpuRunner() = default;
 GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOptions&, const std::function<bool(int32_t)>&) {
   return {};
 }
+GpuSession& GpuRunner::session(const GpuPolicy&) { throw UserError(k_no_cuda_error); }
 std::string GpuRunner::device() const { return "cuda"; }
 #endif
 

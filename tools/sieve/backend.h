@@ -11,9 +11,18 @@
 #include "eval/runner.h"
 #include "run_common.h"
 
+namespace sieve {
+class GpuSession;
+struct GpuPolicy;
+}  // namespace sieve
+
 namespace sieve::cli {
 
 void add_backend_flag(CLI::App& app, std::string& backend);
+
+// What --backend cuda says in a binary built without nvcc.
+inline constexpr const char* k_no_cuda_error =
+    "--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu";
 
 // One model on the GPU, reused across requests of the same policy.
 class GpuRunner {
@@ -24,6 +33,9 @@ class GpuRunner {
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& g,
                          const std::function<bool(int32_t)>& on_token);
   std::string device() const;  // "NVIDIA H200, 0.27 GiB of weights"
+  // The session for a GPU policy: the last one when the policy is the same, else a new one
+  // (the old one freed first; the weights are uploaded again).
+  GpuSession& session(const GpuPolicy& p);
 
  private:
   struct Impl;

@@ -277,15 +277,23 @@ void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
   p.o = bf.o;
   p.ws_o = bf.ws_o;
   p.ws_ml = bf.ws_ml;
-  if (selected("prefill_dense")) {
-    const int ctas = ((n_q * G + 63) / 64) * sh.n_kv;
-    p.n_splits = std::clamp(2 * g_dev.n_sm / ctas + 1, 1, 8);
+  // dense chunk: the launcher's CTA shape, then each shape forced (tile_rows)
+  for (int rows : {0, 64, 128}) {
+    const std::string name = rows ? "prefill_dense_rows" + std::to_string(rows) : "prefill_dense";
+    if (!selected(name) || (rows == 128 && sh.D > 128)) continue;
+    p.tile_rows = rows;
+    p.n_splits = prefill_splits(p, 8);
     const stats s = time_gpu([&] { SK(prefill_attention(p, g_lc)); }, {}, g_quick ? 3 : 5);
     const double flop = 4.0 * n_q * sh.n_q * static_cast<double>(c.N) * sh.D;
     char note[96];
     std::snprintf(note, sizeof note, "TFLOPs=%.0f splits=%d", flop / (s.med * 1e-6) / 1e12,
                   p.n_splits);
-    report("prefill", "prefill_dense", sh.name, c.B, c.N, s, 0, note);
+    report("prefill", name, sh.name, c.B, c.N, s, 0, note);
+  }
+  p.tile_rows = 0;
+  if (sh.n_q != k_llama.n_q) {
+    cudaFree(d_qo);
+    return;
   }
   // sparse chunk: mean query -> score -> select -> attend (sinks + selection + window + chunk)
   for (const sparse_variant& v0 : {k_variants[0], k_variants[2], k_variants[4], k_variants[5]}) {
@@ -309,7 +317,7 @@ void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
     // raw1 reads one query sketch per row (the first of the projected heads): a stand-in
     // of the same cost as a head-summed query, which is what a policy would pass.
     prefill_params ps = p;
-    ps.n_splits = 1;
+    ps.n_splits = prefill_splits(ps, 8);  // as the model does: the list is short, the rows few
     ps.set.sel_idx = bf.sel_idx;
     ps.set.sel_count = bf.sel_cnt;
     ps.set.sel_stride = k_budget;
@@ -508,13 +516,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  // prefill chunk of 512 queries, Llama shape, batch 1
-  for (int N : Ns) {
-    if (N == 524288) continue;
-    cache c;
-    c.build(1, N, k_llama, bf.k, bf.v, rng);
-    bench_prefill(c, k_llama, bf);
-    c.free_all();
+  // prefill chunk of 512 queries, batch 1: every shape dense, the Llama shape also sparse
+  for (const shape& sh : {k_llama, k_smol, k_gemma}) {
+    for (int N : Ns) {
+      if (N == 524288 || (g_only_n && N != g_only_n)) continue;
+      cache c;
+      c.build(1, N, sh, bf.k, bf.v, rng);
+      bench_prefill(c, sh, bf);
+      c.free_all();
+    }
   }
   bench_append(k_llama, bf, rng);
   bench_select_alone(bf, rng, max_n);

@@ -166,6 +166,21 @@ def main():
             targets.append((f"512-query chunk with selection >= 20x cuDNN dense chunk at 1M, {base[len('prefill_sparse_'):]}",
                             sp >= 20, f"{sp:.1f}x"))
     p("")
+    # dense prefill chunk, every shape: our CTA shapes against cuDNN and FlashAttention
+    dense = [r for r in ours if r["name"] == "prefill_dense"]
+    if dense:
+        p("### Dense prefill chunk of 512 queries (B=1)")
+        p("| model | N | cuDNN us | flash us | ours us (splits) | 64 rows us | 128 rows us | ours TFLOPs | cuDNN/ours |")
+        p("|---|---|---|---|---|---|---|---|---|")
+        for r in dense:
+            m, N = r["model"], r["N"]
+            cd = get("prefill512_cudnn", m, 1, N)
+            note = dict(kv.split("=") for kv in r["note"].split() if "=" in kv)
+            p(f"| {m} | {N} | {fmt(cd)} | {fmt(get('prefill512_flash', m, 1, N))} | "
+              f"{r['median_us']:.1f} ({note.get('splits', '?')}) | {fmt(get('prefill_dense_rows64', m, 1, N))} | "
+              f"{fmt(get('prefill_dense_rows128', m, 1, N))} | {note.get('TFLOPs', '?')} | "
+              f"{fmt(cd / r['median_us'] if cd else None, 2)} |")
+        p("")
     other = [r for r in ours if r["group"] == "append"]
     if other:
         p("### KV append")

@@ -17,6 +17,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int32_t k_page = 16;
+// Split-K parts of a prefill chunk at most (a 512-token chunk of a model with few KV heads
+// fills the GPU only when split; the workspace is sized for it).
+constexpr int32_t k_prefill_splits = 16;
 
 Status cuda_check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return {};
@@ -357,13 +360,13 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   SIEVE_TRY(bh(v, C * kvd, "activations"));
   SIEVE_TRY(bh(o, C * qd, "activations"));
   SIEVE_TRY(bh(act, C * F, "activations"));
-  // split-K workspaces: decode (<= 256 splits) and prefill (<= 8 splits of a chunk)
+  // split-K workspaces: decode (<= 256 splits) and prefill (<= k_prefill_splits of a chunk)
   const int64_t G = hp.n_gqa();
   const int64_t dec_o = cuda::decode_ws_o_floats(1, hp.n_head_kv, 256, static_cast<int32_t>(G), hp.head_dim);
-  const int64_t pre_o = 8 * C * qd;
+  const int64_t pre_o = k_prefill_splits * C * qd;
   SIEVE_TRY(fl(ws_o, std::max(dec_o, pre_o), "attention workspace"));
   SIEVE_TRY(fl(ws_ml, std::max(cuda::decode_ws_ml_floats(1, hp.n_head_kv, 256, static_cast<int32_t>(G)),
-                               8 * C * hp.n_head * 2),
+                               k_prefill_splits * C * hp.n_head * 2),
                "attention workspace"));
   auto cnt = mem.alloc<uint32_t>(hp.n_head_kv, "attention workspace");
   if (!cnt) return cnt.error();
@@ -513,7 +516,6 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
 
 Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
   const cuda::launch_cfg lc{stream, true};
-  const int32_t G = hp.n_gqa();
   if (n > 1) {
     cuda::prefill_params p;
     p.kv = kv_view(il);
@@ -524,8 +526,7 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
     p.total_q = n;
     p.scale = hp.attn_scale;
     p.o = o;
-    const int ctas = ((n * G + 63) / 64) * hp.n_head_kv;
-    p.n_splits = std::clamp(2 * dev.n_sm / ctas + 1, 1, 8);
+    p.n_splits = cuda::prefill_splits(p, k_prefill_splits);
     p.ws_o = ws_o;
     p.ws_ml = ws_ml;
     if (hp.layer_kind[il] == LayerKind::sliding) {  // each query its own last sliding_window keys

@@ -277,8 +277,23 @@ Status prefill_attention(prefill_params p, const launch_cfg& lc) {
   if (p.n_splits < 1) return make_error("{}: n_splits = {}", who, p.n_splits);
   if (p.n_splits > 1 && (p.ws_o == nullptr || p.ws_ml == nullptr))
     return make_error("{}: n_splits > 1 needs ws_o and ws_ml", who);
+  if (p.tile_rows != 0 && p.tile_rows != 64 && p.tile_rows != 128)
+    return make_error("{}: tile_rows = {} (0, 64 or 128)", who, p.tile_rows);
+  if (p.tile_rows == 128 && p.kv.head_dim > 128)
+    return make_error("{}: tile_rows = 128 needs head_dim <= 128 (have {})", who, p.kv.head_dim);
   fix_shift(p.kv.pages);
   return cuda_status(launch_prefill(p, lc), who);
+}
+
+int32_t prefill_splits(const prefill_params& p, int32_t max_splits) {
+  auto dev = current_device();
+  if (!dev || p.kv.n_kv_heads <= 0 || p.n_q_heads <= 0) return 1;
+  const int64_t G = p.n_q_heads / p.kv.n_kv_heads;
+  const int64_t rows = prefill_rows_per_cta(p);
+  const int64_t ctas = (p.max_q * G + rows - 1) / rows * p.kv.n_kv_heads * std::max(1, p.kv.pages.batch);
+  const int64_t slots = int64_t{dev->n_sm} * std::max(1, prefill_resident_ctas(p));
+  if (ctas <= 0 || ctas >= slots) return 1;
+  return static_cast<int32_t>(std::clamp<int64_t>(slots / ctas, 1, max_splits));
 }
 
 int64_t step_ws_bytes(int32_t batch) {

@@ -62,6 +62,9 @@ Status select(select_params p, bool hist_done, const launch_cfg& lc);
 Status kv_append(kv_append_params p, const launch_cfg& lc);
 Status sketch_query(sketch_query_params p, const launch_cfg& lc);
 Status prefill_attention(prefill_params p, const launch_cfg& lc);
+// Split-K parts that fill the device about once with prefill_attention(p)'s CTAs (p's
+// shape, batch and tile_rows; n_splits ignored): 1 when one pass already fills it.
+int32_t prefill_splits(const prefill_params& p, int32_t max_splits);
 
 // The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one thread-block cluster per
 // sequence, kernels/step_cluster.cuh, or one cooperative grid, kernels/sparse_step.cuh; p.sync),

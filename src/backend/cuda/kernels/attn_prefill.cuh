@@ -3,7 +3,8 @@
 // window part includes the chunk itself). K/V rows are gathered in place from the pages.
 //
 // Rows of the product are (query, head) pairs of one KV group, so one K/V tile in shared
-// memory serves all G heads. One CTA = 64 rows (4 warps x 16), tokens in tiles of 64:
+// memory serves all G heads. One CTA = 4 warps x MT m-tiles of 16 rows, tokens in tiles of 64
+// (32 at D = 256):
 //   S[rows, tokens] = Q[rows, D] . K^T      (mma m16n8k16; K rows are the B operand)
 //   O[rows, D]     += P[rows, tokens] . V    (P reused from the S accumulators in registers)
 // Mask: token position <= query position, and > query position - causal_window when set
@@ -18,23 +19,29 @@
 
 namespace sieve::cuda {
 
-template <int D>
+// MT m-tiles of 16 rows per warp: each K/V fragment loaded from shared memory feeds MT
+// MMAs, which halves the shared-memory traffic per MMA at MT = 2 (D <= 128; D = 256 keeps
+// MT = 1 for its O accumulators).
+template <int D, int MT>
 struct prefill_cfg {
+  static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
   static constexpr int warps = 4;
   static constexpr int threads = 128;
-  static constexpr int rows = 64;
-  static constexpr int tile = 64;
+  static constexpr int rows = 16 * MT * warps;
+  // tokens per K/V tile: 32 at D = 256 so that two CTAs fit per SM (96 KB each)
+  static constexpr int tile = D >= 256 ? 32 : 64;
   static constexpr int row_bytes = D * 2;
   static constexpr int stage_bytes = tile * row_bytes * 2;
-  static constexpr int stages = D >= 256 ? 2 : 3;
+  // two stages at 128 rows x D = 128 keep two CTAs per SM (96 KB each)
+  static constexpr int stages = D >= 256 || (MT == 2 && D >= 128) ? 2 : 3;
   static constexpr int q_bytes = rows * row_bytes;
   static constexpr int pos_bytes = stages * tile * 4;
   static constexpr int smem_bytes = stages * stage_bytes + q_bytes + pos_bytes;
 };
 
-template <class T, int D>
+template <class T, int D, int MT>
 __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
-  using C = prefill_cfg<D>;
+  using C = prefill_cfg<D, MT>;
   constexpr int CPR = D / 8;
   constexpr int RPP = 128 / CPR;
   constexpr int KD = D / 16;
@@ -65,6 +72,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
   const int q_start = len - n_q;
   const int first_page = pt.indptr[b];
   const token_list tl = make_token_list(p.set, b, g, len, n_q);
+  const int min_qpos = q_start + R0 / G;
   const int max_qpos = q_start + (min(R0 + C::rows, n_rows) - 1) / G;
 
   const int per = ceil_div(ceil_div(tl.total, n_split), C::tile) * C::tile;
@@ -117,25 +125,30 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
     cp_async_commit();
   }
 
-  // this lane's two rows: warp*16 + lane/4 and + 8
-  const int rl0 = warp * 16 + (lane >> 2);
-  const int qpos0 = q_start + (R0 + rl0) / G;
-  const int qpos1 = q_start + (R0 + rl0 + 8) / G;
-  // sliding window: keys at or below lo are out of the query's reach
-  const int lo0 = p.causal_window > 0 ? qpos0 - p.causal_window : -1;
-  const int lo1 = p.causal_window > 0 ? qpos1 - p.causal_window : -1;
+  // this lane's rows: m-tile m covers warp*16*MT + m*16 + lane/4 and + 8 ([m][0], [m][1])
+  const int wrow = warp * 16 * MT;
   const float sl2 = p.scale * k_log2e;
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};
-  float o[DN][4];
+  float m_run[MT][2], l_run[MT][2];
+  float o[MT][DN][4];
 #pragma unroll
-  for (int i = 0; i < DN; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int m = 0; m < MT; ++m) {
+    m_run[m][0] = m_run[m][1] = -INFINITY;
+    l_run[m][0] = l_run[m][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DN; ++i) o[m][i][0] = o[m][i][1] = o[m][i][2] = o[m][i][3] = 0.f;
+  }
 
   for (int it = 0; it < n_tiles; ++it) {
     cp_async_wait<C::stages - 2>();
     __syncthreads();
     const int st = it % C::stages;
-    if (s_pos[st * C::tile] > max_qpos) break;  // every later token is in the future
+    const int* pos = s_pos + st * C::tile;
+    const int first_pos = pos[0];
+    if (first_pos > max_qpos) break;  // every later token is in the future
+    // every token of the tile visible to every row of the CTA: no mask (positions ascend;
+    // a short last tile ends in INT_MAX)
+    const bool full = pos[C::tile - 1] <= min_qpos &&
+                      (p.causal_window <= 0 || first_pos > max_qpos - p.causal_window);
     {
       const int nt = it + C::stages - 1;
       if (nt < n_tiles) load_tile(nt % C::stages, nt);
@@ -143,18 +156,20 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
     }
     const uint8_t* ks = smem + st * C::stage_bytes;
     const uint8_t* vs = ks + C::tile * C::row_bytes;
-    const int* pos = s_pos + st * C::tile;
 
-    float s[NT][4];
+    float s[MT][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
-      uint32_t a[4];
-      {
-        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int row = wrow + m * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int ch = kk * 2 + (lane >> 4);
-        ldmatrix_x4(a, s_q + row * C::row_bytes + ((ch ^ (row & 7)) << 4));
+        ldmatrix_x4(a[m], s_q + row * C::row_bytes + ((ch ^ (row & 7)) << 4));
       }
 #pragma unroll
       for (int n = 0; n < NT; n += 2) {
@@ -163,107 +178,138 @@ __global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
         const int tok = n * 8 + (lane & 7) + ((lane >> 4) << 3);
         const int ch = kk * 2 + ((lane >> 3) & 1);
         ldmatrix_x4(bq, ks + tok * C::row_bytes + ((ch ^ (tok & 7)) << 4));
-        mma_16816<T>(s[n], a, bq[0], bq[1]);
-        mma_16816<T>(s[n + 1], a, bq[2], bq[3]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma_16816<T>(s[m][n], a[m], bq[0], bq[1]);
+          mma_16816<T>(s[m][n + 1], a[m], bq[2], bq[3]);
+        }
       }
     }
-    // scale + causal mask, row max
-    float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const int c0 = n * 8 + 2 * (lane & 3);
-      const int pa = pos[c0], pb = pos[c0 + 1];
-      s[n][0] = pa <= qpos0 && pa > lo0 ? s[n][0] * sl2 : -INFINITY;
-      s[n][1] = pb <= qpos0 && pb > lo0 ? s[n][1] * sl2 : -INFINITY;
-      s[n][2] = pa <= qpos1 && pa > lo1 ? s[n][2] * sl2 : -INFINITY;
-      s[n][3] = pb <= qpos1 && pb > lo1 ? s[n][3] * sl2 : -INFINITY;
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
+    for (int m = 0; m < MT; ++m) {
+      // scale + causal mask, row max
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+      if (full) {
 #pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(k_full_mask, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(k_full_mask, mx1, off));
-    }
-    const float mn0 = fmaxf(m_run[0], mx0), mn1 = fmaxf(m_run[1], mx1);
-    const float ref0 = mn0 == -INFINITY ? 0.f : mn0;
-    const float ref1 = mn1 == -INFINITY ? 0.f : mn1;
-    const float al0 = fast_exp2(m_run[0] - ref0), al1 = fast_exp2(m_run[1] - ref1);
-    m_run[0] = mn0;
-    m_run[1] = mn1;
-    float rs0 = 0.f, rs1 = 0.f;
+        for (int n = 0; n < NT; ++n) {
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      s[n][0] = fast_exp2(s[n][0] - ref0);
-      s[n][1] = fast_exp2(s[n][1] - ref0);
-      s[n][2] = fast_exp2(s[n][2] - ref1);
-      s[n][3] = fast_exp2(s[n][3] - ref1);
-      rs0 += s[n][0] + s[n][1];
-      rs1 += s[n][2] + s[n][3];
-    }
-    l_run[0] = l_run[0] * al0 + rs0;
-    l_run[1] = l_run[1] * al1 + rs1;
+          for (int e = 0; e < 4; ++e) s[m][n][e] *= sl2;
+          mx0 = fmaxf(mx0, fmaxf(s[m][n][0], s[m][n][1]));
+          mx1 = fmaxf(mx1, fmaxf(s[m][n][2], s[m][n][3]));
+        }
+      } else {
+        // the lane's two query positions (recomputed here: masked tiles are few)
+        const int qp0 = q_start + (R0 + wrow + m * 16 + (lane >> 2)) / G;
+        const int qp1 = q_start + (R0 + wrow + m * 16 + (lane >> 2) + 8) / G;
+        // sliding window: keys at or below lo are out of the query's reach
+        const int lo0 = p.causal_window > 0 ? qp0 - p.causal_window : -1;
+        const int lo1 = p.causal_window > 0 ? qp1 - p.causal_window : -1;
 #pragma unroll
-    for (int d = 0; d < DN; ++d) {
-      o[d][0] *= al0;
-      o[d][1] *= al0;
-      o[d][2] *= al1;
-      o[d][3] *= al1;
+        for (int n = 0; n < NT; ++n) {
+          const int c0 = n * 8 + 2 * (lane & 3);
+          const int pa = pos[c0], pb = pos[c0 + 1];
+          s[m][n][0] = pa <= qp0 && pa > lo0 ? s[m][n][0] * sl2 : -INFINITY;
+          s[m][n][1] = pb <= qp0 && pb > lo0 ? s[m][n][1] * sl2 : -INFINITY;
+          s[m][n][2] = pa <= qp1 && pa > lo1 ? s[m][n][2] * sl2 : -INFINITY;
+          s[m][n][3] = pb <= qp1 && pb > lo1 ? s[m][n][3] * sl2 : -INFINITY;
+          mx0 = fmaxf(mx0, fmaxf(s[m][n][0], s[m][n][1]));
+          mx1 = fmaxf(mx1, fmaxf(s[m][n][2], s[m][n][3]));
+        }
+      }
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(k_full_mask, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(k_full_mask, mx1, off));
+      }
+      const float mn0 = fmaxf(m_run[m][0], mx0), mn1 = fmaxf(m_run[m][1], mx1);
+      const float ref0 = mn0 == -INFINITY ? 0.f : mn0;
+      const float ref1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = fast_exp2(m_run[m][0] - ref0), al1 = fast_exp2(m_run[m][1] - ref1);
+      m_run[m][0] = mn0;
+      m_run[m][1] = mn1;
+      float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        s[m][n][0] = fast_exp2(s[m][n][0] - ref0);
+        s[m][n][1] = fast_exp2(s[m][n][1] - ref0);
+        s[m][n][2] = fast_exp2(s[m][n][2] - ref1);
+        s[m][n][3] = fast_exp2(s[m][n][3] - ref1);
+        rs0 += s[m][n][0] + s[m][n][1];
+        rs1 += s[m][n][2] + s[m][n][3];
+      }
+      l_run[m][0] = l_run[m][0] * al0 + rs0;
+      l_run[m][1] = l_run[m][1] * al1 + rs1;
+#pragma unroll
+      for (int d = 0; d < DN; ++d) {
+        o[m][d][0] *= al0;
+        o[m][d][1] *= al0;
+        o[m][d][2] *= al1;
+        o[m][d][3] *= al1;
+      }
     }
 #pragma unroll
     for (int kt = 0; kt < C::tile / 16; ++kt) {
-      uint32_t a[4];
-      a[0] = pack2<T>(s[2 * kt][0], s[2 * kt][1]);
-      a[1] = pack2<T>(s[2 * kt][2], s[2 * kt][3]);
-      a[2] = pack2<T>(s[2 * kt + 1][0], s[2 * kt + 1][1]);
-      a[3] = pack2<T>(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        a[m][0] = pack2<T>(s[m][2 * kt][0], s[m][2 * kt][1]);
+        a[m][1] = pack2<T>(s[m][2 * kt][2], s[m][2 * kt][3]);
+        a[m][2] = pack2<T>(s[m][2 * kt + 1][0], s[m][2 * kt + 1][1]);
+        a[m][3] = pack2<T>(s[m][2 * kt + 1][2], s[m][2 * kt + 1][3]);
+      }
 #pragma unroll
       for (int dn = 0; dn < DN; dn += 2) {
         uint32_t bv[4];
         const int tok = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         const int ch = dn + (lane >> 4);
         ldmatrix_x4_trans(bv, vs + tok * C::row_bytes + ((ch ^ (tok & 7)) << 4));
-        mma_16816<T>(o[dn], a, bv[0], bv[1]);
-        mma_16816<T>(o[dn + 1], a, bv[2], bv[3]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma_16816<T>(o[m][dn], a[m], bv[0], bv[1]);
+          mma_16816<T>(o[m][dn + 1], a[m], bv[2], bv[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();
 
 #pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    l_run[0] += __shfl_xor_sync(k_full_mask, l_run[0], off);
-    l_run[1] += __shfl_xor_sync(k_full_mask, l_run[1], off);
-  }
-  const int rows[2] = {R0 + rl0, R0 + rl0 + 8};
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int rr = rows[half];
-    if (rr >= n_rows) continue;
-    const int qi = rr / G, h = rr - qi * G;
-    const int64_t orow = (static_cast<int64_t>(q0 + qi) * p.n_q_heads + g * G + h);
-    const float L = l_run[half];
-    if (n_split == 1) {
-      const float inv = L > 0.f ? 1.f / L : 0.f;
-      T* out = static_cast<T*>(p.o) + orow * D;
+    for (int off = 1; off < 4; off <<= 1) {
+      l_run[m][0] += __shfl_xor_sync(k_full_mask, l_run[m][0], off);
+      l_run[m][1] += __shfl_xor_sync(k_full_mask, l_run[m][1], off);
+    }
 #pragma unroll
-      for (int dn = 0; dn < DN; ++dn) {
-        const int d = dn * 8 + 2 * (lane & 3);
-        *reinterpret_cast<uint32_t*>(out + d) =
-            pack2<T>(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
-      }
-    } else {
-      const int64_t total_rows = static_cast<int64_t>(p.total_q) * p.n_q_heads;
-      const int64_t wrow = split * total_rows + orow;
-      float* wo = p.ws_o + wrow * D;
+    for (int half = 0; half < 2; ++half) {
+      const int rr = R0 + wrow + m * 16 + (lane >> 2) + half * 8;
+      if (rr >= n_rows) continue;
+      const int qi = rr / G, h = rr - qi * G;
+      const int64_t orow = (static_cast<int64_t>(q0 + qi) * p.n_q_heads + g * G + h);
+      const float L = l_run[m][half];
+      if (n_split == 1) {
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        T* out = static_cast<T*>(p.o) + orow * D;
 #pragma unroll
-      for (int dn = 0; dn < DN; ++dn) {
-        const int d = dn * 8 + 2 * (lane & 3);
-        *reinterpret_cast<float2*>(wo + d) = make_float2(o[dn][2 * half], o[dn][2 * half + 1]);
-      }
-      if ((lane & 3) == 0) {
-        p.ws_ml[wrow * 2] = m_run[half];
-        p.ws_ml[wrow * 2 + 1] = L;
+        for (int dn = 0; dn < DN; ++dn) {
+          const int d = dn * 8 + 2 * (lane & 3);
+          *reinterpret_cast<uint32_t*>(out + d) =
+              pack2<T>(o[m][dn][2 * half] * inv, o[m][dn][2 * half + 1] * inv);
+        }
+      } else {
+        const int64_t total_rows = static_cast<int64_t>(p.total_q) * p.n_q_heads;
+        const int64_t w = split * total_rows + orow;
+        float* wo = p.ws_o + w * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; ++dn) {
+          const int d = dn * 8 + 2 * (lane & 3);
+          *reinterpret_cast<float2*>(wo + d) =
+              make_float2(o[m][dn][2 * half], o[m][dn][2 * half + 1]);
+        }
+        if ((lane & 3) == 0) {
+          p.ws_ml[w * 2] = m_run[m][half];
+          p.ws_ml[w * 2 + 1] = L;
+        }
       }
     }
   }

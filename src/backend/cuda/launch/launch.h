@@ -24,6 +24,9 @@ cudaError_t launch_select(const select_params& p, bool hist_done, int grid_x, co
 cudaError_t launch_kv_append(const kv_append_params& p, const launch_cfg& lc);
 cudaError_t launch_sketch_query(const sketch_query_params& p, const launch_cfg& lc);
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc);
+// The CTA shape launch_prefill(p) picks: rows per CTA, and CTAs resident per SM (0: unknown).
+int prefill_rows_per_cta(const prefill_params& p);
+int prefill_resident_ctas(const prefill_params& p);
 // The fused sparse decode step: a cluster launch (with lc.pdl) or a cooperative grid launch
 // (lc.pdl not used), as launch_step_choice() says.
 cudaError_t launch_sparse_step(const step_params& p, const launch_cfg& lc);

@@ -1,44 +1,80 @@
-// Dispatch of the prefill-chunk attention (dtype x head_dim: 6 instances) and its merge.
+// Dispatch of the prefill-chunk attention (dtype x head_dim x rows per CTA) and its merge,
+// and the split-K count that fills the device.
 #include "backend/cuda/kernels/attn_prefill.cuh"
 #include "backend/cuda/launch/launch_util.cuh"
 
 namespace sieve::cuda {
 namespace {
 
-template <class T, int D>
+// m-tiles per warp: p.tile_rows / 64 when forced, else 2 up to D = 128 and 1 at D = 256.
+int m_tiles(const prefill_params& p) {
+  if (p.tile_rows > 0) return p.tile_rows / 64;
+  return p.kv.head_dim <= 128 ? 2 : 1;
+}
+
+template <class T, int D, int MT>
 cudaError_t run(const prefill_params& p, const launch_cfg& lc) {
-  using C = prefill_cfg<D>;
-  static const cudaError_t attr = raise_smem(prefill_kernel<T, D>, C::smem_bytes);
+  using C = prefill_cfg<D, MT>;
+  static const cudaError_t attr = raise_smem(prefill_kernel<T, D, MT>, C::smem_bytes);
   if (attr != cudaSuccess) return attr;
   const int G = p.n_q_heads / p.kv.n_kv_heads;
   const int rblocks = ceil_div(p.max_q * G, C::rows);
   const dim3 grid(rblocks * p.n_splits, p.kv.n_kv_heads, p.kv.pages.batch);
-  cudaError_t e = launch_kernel(prefill_kernel<T, D>, grid, dim3(C::threads), C::smem_bytes, lc, p);
+  cudaError_t e = launch_kernel(prefill_kernel<T, D, MT>, grid, dim3(C::threads), C::smem_bytes, lc, p);
   if (e != cudaSuccess || p.n_splits == 1) return e;
   return launch_kernel(prefill_merge_kernel<T>, dim3(p.total_q * p.n_q_heads),
                        dim3(D < 128 ? D : 128), 0, lc, p, D);
 }
 
-template <class T>
-cudaError_t by_dim(const prefill_params& p, const launch_cfg& lc) {
+// CTAs of one instance resident per SM (0 when the query fails).
+template <class T, int D, int MT>
+int resident() {
+  using C = prefill_cfg<D, MT>;
+  static const int n = [] {
+    if (raise_smem(prefill_kernel<T, D, MT>, C::smem_bytes) != cudaSuccess) return 0;
+    int k = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, prefill_kernel<T, D, MT>, C::threads,
+                                                      C::smem_bytes) != cudaSuccess)
+      return 0;
+    return k;
+  }();
+  return n;
+}
+
+// f.template operator()<T, D, MT>() for the instance p selects; `fallback` when none does.
+template <class T, class R, class F>
+R by_shape(const prefill_params& p, R fallback, F&& f) {
+  const int mt = m_tiles(p);
   switch (p.kv.head_dim) {
     case 64:
-      return run<T, 64>(p, lc);
+      return mt == 2 ? f.template operator()<T, 64, 2>() : f.template operator()<T, 64, 1>();
     case 128:
-      return run<T, 128>(p, lc);
+      return mt == 2 ? f.template operator()<T, 128, 2>() : f.template operator()<T, 128, 1>();
     case 256:
-      return run<T, 256>(p, lc);
+      return mt == 1 ? f.template operator()<T, 256, 1>() : fallback;
     default:
-      return cudaErrorInvalidValue;
+      return fallback;
   }
+}
+
+template <class R, class F>
+R by_type(const prefill_params& p, R fallback, F&& f) {
+  if (p.kv.type == dtype::bf16) return by_shape<__nv_bfloat16>(p, fallback, f);
+  if (p.kv.type == dtype::f16) return by_shape<__half>(p, fallback, f);
+  return fallback;
 }
 
 }  // namespace
 
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc) {
-  if (p.kv.type == dtype::bf16) return by_dim<__nv_bfloat16>(p, lc);
-  if (p.kv.type == dtype::f16) return by_dim<__half>(p, lc);
-  return cudaErrorInvalidValue;
+  return by_type(p, cudaErrorInvalidValue,
+                 [&]<class T, int D, int MT>() { return run<T, D, MT>(p, lc); });
+}
+
+int prefill_rows_per_cta(const prefill_params& p) { return 64 * m_tiles(p); }
+
+int prefill_resident_ctas(const prefill_params& p) {
+  return by_type(p, 0, [&]<class T, int D, int MT>() { return resident<T, D, MT>(); });
 }
 
 }  // namespace sieve::cuda

@@ -14,6 +14,7 @@ struct prefill_case {
   bool sparse = false;
   int n_sink = 0, n_window = 0, sel_heads = 1;
   int causal_window = 0;  // > 0: sliding window (query p sees keys k with p - k < it)
+  int tile_rows = 0;      // 0: the launcher's CTA shape; 64 or 128 forced
 };
 
 void run_prefill(const prefill_case& c, uint32_t seed) {
@@ -74,6 +75,7 @@ void run_prefill(const prefill_case& c, uint32_t seed) {
   p.n_splits = c.splits;
   p.ws_o = ws_o.p;
   p.ws_ml = ws_ml.p;
+  p.tile_rows = c.tile_rows;
   STATUS_OK(prefill_attention(p, launch_cfg{}));
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<uint16_t> o = d_o.get();
@@ -127,17 +129,61 @@ void run_prefill(const prefill_case& c, uint32_t seed) {
   EXPECT_LT(rel_err(got, want), 1e-2);
 }
 
+// Each dense case runs with both CTA shapes (64 rows = one m-tile per warp, 128 = two).
 TEST(CudaPrefill, DenseCausalLlamaShape) {
   SIEVE_REQUIRE_GPU();
-  run_prefill({{700, 333}, {130, 333}, 16, 32, 8, 128, dtype::bf16, 1}, 61);
+  for (int rows : {64, 128}) {
+    prefill_case c{{700, 333}, {130, 333}, 16, 32, 8, 128, dtype::bf16, 1};
+    c.tile_rows = rows;
+    run_prefill(c, 61);
+  }
 }
 TEST(CudaPrefill, DenseSplitK) {
   SIEVE_REQUIRE_GPU();
-  run_prefill({{2100}, {77}, 16, 8, 2, 128, dtype::bf16, 3}, 62);
+  for (int rows : {64, 128}) {
+    prefill_case c{{2100}, {77}, 16, 8, 2, 128, dtype::bf16, 3};
+    c.tile_rows = rows;
+    run_prefill(c, 62);
+  }
 }
 TEST(CudaPrefill, DenseHead64ThreeHeadsPerGroupF16) {
   SIEVE_REQUIRE_GPU();
-  run_prefill({{500, 90}, {45, 90}, 32, 9, 3, 64, dtype::f16, 1}, 63);
+  for (int rows : {64, 128}) {
+    prefill_case c{{500, 90}, {45, 90}, 32, 9, 3, 64, dtype::f16, 1};
+    c.tile_rows = rows;
+    run_prefill(c, 63);
+  }
+}
+// Long history behind a short chunk: most tiles are visible to every row (the unmasked path),
+// the chunk's own tiles are masked; splits end mid-history.
+TEST(CudaPrefill, DenseLongHistoryUnmaskedTiles) {
+  SIEVE_REQUIRE_GPU();
+  for (int rows : {64, 128}) {
+    prefill_case c{{5000, 3333}, {200, 1}, 16, 9, 3, 64, dtype::bf16, 5};
+    c.tile_rows = rows;
+    run_prefill(c, 69);
+  }
+}
+TEST(CudaPrefill, BadTileRowsIsAnError) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  paged_cache kv;
+  kv.build({64}, 16, 1, 256, dtype::bf16, rng);
+  dbuf<uint16_t> q(std::vector<uint16_t>(256)), o(256);
+  dbuf<int32_t> qo(std::vector<int32_t>{0, 1});
+  prefill_params p;
+  p.kv = kv.view();
+  p.q = q.p;
+  p.o = o.p;
+  p.qo_indptr = qo.p;
+  p.n_q_heads = 1;
+  p.max_q = p.total_q = 1;
+  p.tile_rows = 128;  // two m-tiles need head_dim <= 128
+  const Status s = prefill_attention(p, launch_cfg{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << s.message();
+  p.tile_rows = 96;
+  EXPECT_FALSE(prefill_attention(p, launch_cfg{}).ok());
 }
 TEST(CudaPrefill, DenseHead256) {
   SIEVE_REQUIRE_GPU();
@@ -167,6 +213,13 @@ TEST(CudaPrefill, SlidingWindowDenseListSplitK) {
   prefill_case c{{900, 300}, {300, 300}, 16, 4, 1, 256, dtype::bf16, 2};
   c.causal_window = 128;
   run_prefill(c, 67);
+}
+TEST(CudaPrefill, SlidingWindowTwoMTilesSplitK) {
+  SIEVE_REQUIRE_GPU();
+  prefill_case c{{1500, 700}, {600, 700}, 16, 8, 2, 128, dtype::bf16, 3};
+  c.causal_window = 200;
+  c.tile_rows = 128;
+  run_prefill(c, 70);
 }
 TEST(CudaPrefill, SlidingWindowTokenSet) {
   SIEVE_REQUIRE_GPU();

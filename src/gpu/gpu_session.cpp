@@ -156,6 +156,9 @@ struct GpuSession::Impl {
   uint32_t* ws_cnt = nullptr;
   float *sc_logits = nullptr, *sc_stats = nullptr, *scores = nullptr;
   uint8_t* sel_ws = nullptr;
+  // the fused selection (sparse_step, selection alone: one launch instead of the chain's six)
+  // and its workspace; null when the device cannot run it for this shape (the chain then runs)
+  uint32_t* step_ws = nullptr;
   int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
   int64_t score_stride = 0;
   // per-step inputs: one pinned host block copied to one device block
@@ -195,6 +198,8 @@ struct GpuSession::Impl {
   // TokenSelect's selection for query `qsel` ([n_head, d] bf16; a decode query or a chunk's
   // mean query) over the first len - tail tokens: sel_idx / sel_cnt, per layer or per KV head.
   Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set);
+  Status init_fused_select();
+  cuda::step_params fused_select_params(const cuda::select_budget& bu) const;
   bf16* q_mean = nullptr;
   float* q_mean_f = nullptr;
   // Sliding-window layers read an empty selection + the window: [1] index, [1] zero count.
@@ -422,6 +427,7 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&io_host), io_words() * sizeof(int32_t)), "pinned memory"));
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host), hp.n_vocab * sizeof(float)), "pinned memory"));
   std::memset(io_host, 0, io_words() * sizeof(int32_t));
+  if (pol.sparse) SIEVE_TRY(init_fused_select());
   return cuda_check(cudaDeviceSynchronize(), "upload");
 }
 
@@ -448,6 +454,49 @@ cuda::paged_kv GpuSession::Impl::kv_view(int il) const {
   kv.head_dim = hp.head_dim;
   kv.type = cuda::dtype::bf16;
   return kv;
+}
+
+cuda::step_params GpuSession::Impl::fused_select_params(const cuda::select_budget& bu) const {
+  const int32_t rows = pol.layer_vote ? 1 : hp.n_head_kv;
+  cuda::step_params st;
+  st.score = false;
+  st.attend_on = false;
+  st.scores = pol.layer_vote ? scores + int64_t{hp.n_head_kv} * score_stride : scores;
+  st.score_stride = score_stride;
+  st.seq_len = seqlen_dev();
+  st.batch = rows;
+  st.rows_per_seq = rows;
+  st.max_len = max_ctx;
+  st.budget = bu;
+  st.out_idx = sel_idx;
+  st.out_stride = pol.top_k;
+  st.out_count = sel_cnt;
+  st.ws = step_ws;
+  return st;
+}
+
+// One selection over zero scores at the longest length decides whether the fused selection
+// runs here (shared memory, cluster or grid residency for this shape); the chain otherwise.
+Status GpuSession::Impl::init_fused_select() {
+  const int32_t rows = pol.layer_vote ? 1 : hp.n_head_kv;
+  auto ws = mem.alloc<uint8_t>(cuda::step_ws_bytes(rows), "selection workspace");
+  if (!ws) return ws.error();
+  step_ws = reinterpret_cast<uint32_t*>(*ws);
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(step_ws, 0, cuda::step_ws_bytes(rows), stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(scores, 0, (hp.n_head_kv + 1) * score_stride * sizeof(float), stream), "memset"));
+  io_host[3] = max_ctx;  // the probe's length
+  SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, 8 * sizeof(int32_t), cudaMemcpyHostToDevice, stream), "copy"));
+  cuda::select_budget bu;
+  bu.k_max = pol.top_k;
+  bu.lo = pol.sinks;
+  bu.tail = pol.local + 1;
+  const Status probe = cuda::sparse_step(fused_select_params(bu), cuda::launch_cfg{stream, true});
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (!probe.ok() || e != cudaSuccess) {
+    (void)cudaGetLastError();  // a refused launch leaves no sticky error; clear the last one
+    step_ws = nullptr;
+  }
+  return {};
 }
 
 Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set) {
@@ -478,7 +527,7 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   s.stats = sc_stats;
   s.chunk_tokens = score_chunk;
   s.n_splits = score_chunks;
-  s.zero_ws = pol.layer_vote ? nullptr : sel_ws;
+  s.zero_ws = pol.layer_vote || step_ws ? nullptr : sel_ws;
   s.zero_bytes = cuda::select_ws_header_bytes();
   SIEVE_TRY(cuda::score_exact(s, lc));
   cuda::soft_vote_params vt;
@@ -494,12 +543,16 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   vt.hist.seq_len = seqlen_dev();
   vt.hist.rows_per_seq = rows;
   vt.hist.budget = bu;
-  if (!pol.layer_vote) vt.hist.ws = sel.ws;
+  if (!pol.layer_vote && !step_ws) vt.hist.ws = sel.ws;
   SIEVE_TRY(cuda::soft_vote(vt, lc));
   if (pol.layer_vote) {
     float* summed = scores + int64_t{rows} * score_stride;
     SIEVE_TRY(cuda_check(cuda::launch_sum_rows(scores, score_stride, rows, max_ctx, 1, summed, stream), "sum_rows"));
     sel.scores = summed;
+  }
+  if (step_ws) {
+    SIEVE_TRY(cuda::sparse_step(fused_select_params(bu), lc));
+  } else if (pol.layer_vote) {
     SIEVE_TRY(cuda::select(sel, false, lc));
   } else {
     sel.scores = scores;

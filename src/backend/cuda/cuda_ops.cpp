@@ -279,8 +279,6 @@ Status prefill_attention(prefill_params p, const launch_cfg& lc) {
     return make_error("{}: n_splits > 1 needs ws_o and ws_ml", who);
   if (p.tile_rows != 0 && p.tile_rows != 64 && p.tile_rows != 128)
     return make_error("{}: tile_rows = {} (0, 64 or 128)", who, p.tile_rows);
-  if (p.tile_rows == 128 && p.kv.head_dim > 128)
-    return make_error("{}: tile_rows = 128 needs head_dim <= 128 (have {})", who, p.kv.head_dim);
   fix_shift(p.kv.pages);
   return cuda_status(launch_prefill(p, lc), who);
 }

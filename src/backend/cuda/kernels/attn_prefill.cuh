@@ -3,7 +3,7 @@
 // window part includes the chunk itself). K/V rows are gathered in place from the pages.
 //
 // Rows of the product are (query, head) pairs of one KV group, so one K/V tile in shared
-// memory serves all G heads. One CTA = 4 warps x MT m-tiles of 16 rows, tokens in tiles of 64
+// memory serves all G heads. One CTA = W warps x MT m-tiles of 16 rows, tokens in tiles of 64
 // (32 at D = 256):
 //   S[rows, tokens] = Q[rows, D] . K^T      (mma m16n8k16; K rows are the B operand)
 //   O[rows, D]     += P[rows, tokens] . V    (P reused from the S accumulators in registers)
@@ -19,31 +19,34 @@
 
 namespace sieve::cuda {
 
-// MT m-tiles of 16 rows per warp: each K/V fragment loaded from shared memory feeds MT
-// MMAs, which halves the shared-memory traffic per MMA at MT = 2 (D <= 128; D = 256 keeps
-// MT = 1 for its O accumulators).
-template <int D, int MT>
+// W warps of MT m-tiles of 16 rows: each K/V fragment loaded from shared memory feeds MT
+// MMAs, which halves the shared-memory traffic per MMA at MT = 2 (D <= 128); D = 256 keeps
+// MT = 1 for its O accumulators and takes 8 warps instead, so that one K/V tile still serves
+// 128 rows (half the L2 traffic of 64-row CTAs).
+template <int D, int MT, int W>
 struct prefill_cfg {
   static_assert(MT == 1 || MT == 2, "one or two m-tiles per warp");
-  static constexpr int warps = 4;
-  static constexpr int threads = 128;
-  static constexpr int rows = 16 * MT * warps;
-  // tokens per K/V tile: 32 at D = 256 so that two CTAs fit per SM (96 KB each)
+  static_assert(W == 4 || W == 8, "4 or 8 warps");
+  static constexpr int warps = W;
+  static constexpr int threads = 32 * W;
+  static constexpr int rows = 16 * MT * W;
+  // tokens per K/V tile: 32 at D = 256 (32 KB per stage)
   static constexpr int tile = D >= 256 ? 32 : 64;
   static constexpr int row_bytes = D * 2;
   static constexpr int stage_bytes = tile * row_bytes * 2;
-  // two stages at 128 rows x D = 128 keep two CTAs per SM (96 KB each)
-  static constexpr int stages = D >= 256 || (MT == 2 && D >= 128) ? 2 : 3;
+  // two stages at 128 rows x D = 128 keep two CTAs per SM (96 KB each); 8 warps at D = 256
+  // are one CTA per SM (160 KB with three stages)
+  static constexpr int stages = D >= 256 ? (W == 8 ? 3 : 2) : (MT == 2 && D >= 128 ? 2 : 3);
   static constexpr int q_bytes = rows * row_bytes;
   static constexpr int pos_bytes = stages * tile * 4;
   static constexpr int smem_bytes = stages * stage_bytes + q_bytes + pos_bytes;
 };
 
-template <class T, int D, int MT>
-__global__ void __launch_bounds__(128) prefill_kernel(const prefill_params p) {
-  using C = prefill_cfg<D, MT>;
+template <class T, int D, int MT, int W>
+__global__ void __launch_bounds__(32 * W) prefill_kernel(const prefill_params p) {
+  using C = prefill_cfg<D, MT, W>;
   constexpr int CPR = D / 8;
-  constexpr int RPP = 128 / CPR;
+  constexpr int RPP = C::threads / CPR;
   constexpr int KD = D / 16;
   constexpr int NT = C::tile / 8;  // n-tiles of S
   constexpr int DN = D / 8;        // n-tiles of O

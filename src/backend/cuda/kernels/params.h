@@ -286,8 +286,8 @@ struct prefill_params {
   int32_t n_splits = 1;    // split-K parts (merged by a second kernel)
   float* ws_o = nullptr;   // [n_splits, total_q, n_q_heads, head_dim]
   float* ws_ml = nullptr;  // [n_splits, total_q, n_q_heads, 2]
-  // (query, head) rows per CTA: 0 = the launcher's choice by head_dim (128 up to D = 128,
-  // 64 at D = 256); 64 or 128 force one (benchmarks and tests; 128 needs D <= 128)
+  // (query, head) rows per CTA: 0 = the launcher's choice (128: two m-tiles per warp up to
+  // D = 128, eight warps at D = 256); 64 or 128 force one (benchmarks and tests)
   int32_t tile_rows = 0;
 };
 

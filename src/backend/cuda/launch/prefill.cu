@@ -6,34 +6,32 @@
 namespace sieve::cuda {
 namespace {
 
-// m-tiles per warp: p.tile_rows / 64 when forced, else 2 up to D = 128 and 1 at D = 256.
-int m_tiles(const prefill_params& p) {
-  if (p.tile_rows > 0) return p.tile_rows / 64;
-  return p.kv.head_dim <= 128 ? 2 : 1;
-}
+// 128 rows per CTA unless p.tile_rows = 64 forces one m-tile on 4 warps: two m-tiles on 4
+// warps up to D = 128, one m-tile on 8 warps at D = 256.
+bool rows128(const prefill_params& p) { return p.tile_rows != 64; }
 
-template <class T, int D, int MT>
+template <class T, int D, int MT, int W>
 cudaError_t run(const prefill_params& p, const launch_cfg& lc) {
-  using C = prefill_cfg<D, MT>;
-  static const cudaError_t attr = raise_smem(prefill_kernel<T, D, MT>, C::smem_bytes);
+  using C = prefill_cfg<D, MT, W>;
+  static const cudaError_t attr = raise_smem(prefill_kernel<T, D, MT, W>, C::smem_bytes);
   if (attr != cudaSuccess) return attr;
   const int G = p.n_q_heads / p.kv.n_kv_heads;
   const int rblocks = ceil_div(p.max_q * G, C::rows);
   const dim3 grid(rblocks * p.n_splits, p.kv.n_kv_heads, p.kv.pages.batch);
-  cudaError_t e = launch_kernel(prefill_kernel<T, D, MT>, grid, dim3(C::threads), C::smem_bytes, lc, p);
+  cudaError_t e = launch_kernel(prefill_kernel<T, D, MT, W>, grid, dim3(C::threads), C::smem_bytes, lc, p);
   if (e != cudaSuccess || p.n_splits == 1) return e;
   return launch_kernel(prefill_merge_kernel<T>, dim3(p.total_q * p.n_q_heads),
                        dim3(D < 128 ? D : 128), 0, lc, p, D);
 }
 
 // CTAs of one instance resident per SM (0 when the query fails).
-template <class T, int D, int MT>
+template <class T, int D, int MT, int W>
 int resident() {
-  using C = prefill_cfg<D, MT>;
+  using C = prefill_cfg<D, MT, W>;
   static const int n = [] {
-    if (raise_smem(prefill_kernel<T, D, MT>, C::smem_bytes) != cudaSuccess) return 0;
+    if (raise_smem(prefill_kernel<T, D, MT, W>, C::smem_bytes) != cudaSuccess) return 0;
     int k = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, prefill_kernel<T, D, MT>, C::threads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, prefill_kernel<T, D, MT, W>, C::threads,
                                                       C::smem_bytes) != cudaSuccess)
       return 0;
     return k;
@@ -41,17 +39,17 @@ int resident() {
   return n;
 }
 
-// f.template operator()<T, D, MT>() for the instance p selects; `fallback` when none does.
+// f.template operator()<T, D, MT, W>() for the instance p selects; `fallback` when none does.
 template <class T, class R, class F>
 R by_shape(const prefill_params& p, R fallback, F&& f) {
-  const int mt = m_tiles(p);
+  const bool big = rows128(p);
   switch (p.kv.head_dim) {
     case 64:
-      return mt == 2 ? f.template operator()<T, 64, 2>() : f.template operator()<T, 64, 1>();
+      return big ? f.template operator()<T, 64, 2, 4>() : f.template operator()<T, 64, 1, 4>();
     case 128:
-      return mt == 2 ? f.template operator()<T, 128, 2>() : f.template operator()<T, 128, 1>();
+      return big ? f.template operator()<T, 128, 2, 4>() : f.template operator()<T, 128, 1, 4>();
     case 256:
-      return mt == 1 ? f.template operator()<T, 256, 1>() : fallback;
+      return big ? f.template operator()<T, 256, 1, 8>() : f.template operator()<T, 256, 1, 4>();
     default:
       return fallback;
   }
@@ -68,13 +66,13 @@ R by_type(const prefill_params& p, R fallback, F&& f) {
 
 cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc) {
   return by_type(p, cudaErrorInvalidValue,
-                 [&]<class T, int D, int MT>() { return run<T, D, MT>(p, lc); });
+                 [&]<class T, int D, int MT, int W>() { return run<T, D, MT, W>(p, lc); });
 }
 
-int prefill_rows_per_cta(const prefill_params& p) { return 64 * m_tiles(p); }
+int prefill_rows_per_cta(const prefill_params& p) { return rows128(p) ? 128 : 64; }
 
 int prefill_resident_ctas(const prefill_params& p) {
-  return by_type(p, 0, [&]<class T, int D, int MT>() { return resident<T, D, MT>(); });
+  return by_type(p, 0, [&]<class T, int D, int MT, int W>() { return resident<T, D, MT, W>(); });
 }
 
 }  // namespace sieve::cuda

@@ -178,16 +178,20 @@ TEST(CudaPrefill, BadTileRowsIsAnError) {
   p.qo_indptr = qo.p;
   p.n_q_heads = 1;
   p.max_q = p.total_q = 1;
-  p.tile_rows = 128;  // two m-tiles need head_dim <= 128
-  const Status s = prefill_attention(p, launch_cfg{});
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << s.message();
-  p.tile_rows = 96;
-  EXPECT_FALSE(prefill_attention(p, launch_cfg{}).ok());
+  for (int rows : {96, 256, -64}) {
+    p.tile_rows = rows;
+    const Status s = prefill_attention(p, launch_cfg{});
+    ASSERT_FALSE(s.ok()) << rows;
+    EXPECT_NE(s.message().find("tile_rows"), std::string::npos) << s.message();
+  }
 }
 TEST(CudaPrefill, DenseHead256) {
   SIEVE_REQUIRE_GPU();
-  run_prefill({{400}, {70}, 16, 4, 1, 256, dtype::bf16, 2}, 64);
+  for (int rows : {64, 128}) {
+    prefill_case c{{400}, {70}, 16, 4, 1, 256, dtype::bf16, 2};
+    c.tile_rows = rows;
+    run_prefill(c, 64);
+  }
 }
 TEST(CudaPrefill, SparseChunkPerSequenceSelection) {
   SIEVE_REQUIRE_GPU();

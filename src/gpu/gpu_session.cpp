@@ -162,22 +162,32 @@ struct GpuSession::Impl {
   int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
   int64_t score_stride = 0;
   // per-step inputs: one pinned host block copied to one device block
-  // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | slot int64[C] | ids[C] | pos[C]
+  // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | slot int64[C] |
+  // ring slot int64[C] | ids[C] | pos[C]
   int32_t* io_host = nullptr;
   int32_t* io_dev = nullptr;
   int32_t* page_idx = nullptr;
+  // Sliding-window layers keep their last ring_pages pages only (a ring: logical page i is
+  // physical page i % ring_pages, ring_idx); 0 = no sliding layers, or the context fits anyway.
+  int32_t ring_pages = 0;
+  int32_t* ring_idx = nullptr;
   float* logits_host = nullptr;
 
-  static constexpr int64_t io_words() { return 8 + 2 * max_chunk() + 2 * max_chunk(); }
+  static constexpr int64_t io_words() { return 8 + 4 * max_chunk() + 2 * max_chunk(); }
   int64_t* slot_host() { return reinterpret_cast<int64_t*>(io_host + 8); }
-  int32_t* ids_host() { return io_host + 8 + 2 * max_chunk(); }
+  int64_t* ring_slot_host() { return reinterpret_cast<int64_t*>(io_host + 8 + 2 * max_chunk()); }
+  int32_t* ids_host() { return io_host + 8 + 4 * max_chunk(); }
   int32_t* pos_host() { return ids_host() + max_chunk(); }
   const int32_t* indptr_dev() const { return io_dev; }
   const int32_t* last_dev() const { return io_dev + 2; }
   const int32_t* seqlen_dev() const { return io_dev + 3; }
   const int32_t* qo_dev() const { return io_dev + 4; }
   const int64_t* slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + 8); }
-  const int32_t* ids_dev() const { return io_dev + 8 + 2 * max_chunk(); }
+  const int64_t* ring_slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + 8 + 2 * max_chunk()); }
+  const int32_t* ids_dev() const { return io_dev + 8 + 4 * max_chunk(); }
+  bool ring(int il) const { return ring_pages > 0 && hp.layer_kind[il] == LayerKind::sliding; }
+  // tokens whose K/V layer il holds for a sequence of n tokens
+  int64_t held_tokens(int il, int64_t n) const { return ring(il) ? std::min<int64_t>(n, int64_t{ring_pages} * k_page) : n; }
   const int32_t* pos_dev() const { return ids_dev() + max_chunk(); }
 
   ~Impl() {
@@ -332,10 +342,20 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   weight_bytes = mem.bytes;
 
   const int64_t kvd = hp.kv_dim();
-  for (GpuLayer& G : layers) {
-    auto k = mem.alloc<bf16>(int64_t{n_pages} * k_page * kvd, "the K cache");
+  // A sliding layer's queries see their last sliding_window keys; a prefill chunk appends up
+  // to max_chunk() tokens before it attends, so window + chunk tokens (+ one page of slack for
+  // the partial first page) are all a ring must keep.
+  const bool any_sliding = std::find(hp.layer_kind.begin(), hp.layer_kind.end(), LayerKind::sliding) != hp.layer_kind.end();
+  if (any_sliding && hp.sliding_window > 0) {
+    const int32_t need = (hp.sliding_window + max_chunk() + k_page - 1) / k_page + 1;
+    if (need < n_pages) ring_pages = need;
+  }
+  for (size_t il = 0; il < layers.size(); ++il) {
+    GpuLayer& G = layers[il];
+    const int64_t pages = ring(static_cast<int>(il)) ? ring_pages : n_pages;
+    auto k = mem.alloc<bf16>(pages * k_page * kvd, "the K cache");
     if (!k) return k.error();
-    auto v = mem.alloc<bf16>(int64_t{n_pages} * k_page * kvd, "the V cache");
+    auto v = mem.alloc<bf16>(pages * k_page * kvd, "the V cache");
     if (!v) return v.error();
     G.k = *k;
     G.v = *v;
@@ -420,6 +440,14 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
     for (int32_t i = 0; i < n_pages; ++i) ix[i] = i;
     SIEVE_TRY(cuda_check(cudaMemcpy(page_idx, ix.data(), n_pages * sizeof(int32_t), cudaMemcpyHostToDevice),
                          "page table"));
+    if (ring_pages > 0) {
+      auto ri = mem.alloc<int32_t>(n_pages, "page table");
+      if (!ri) return ri.error();
+      ring_idx = *ri;
+      for (int32_t i = 0; i < n_pages; ++i) ix[i] = i % ring_pages;
+      SIEVE_TRY(cuda_check(cudaMemcpy(ring_idx, ix.data(), n_pages * sizeof(int32_t), cudaMemcpyHostToDevice),
+                           "page table"));
+    }
   }
   auto io = mem.alloc<int32_t>(io_words(), "step inputs");
   if (!io) return io.error();
@@ -446,7 +474,7 @@ cuda::paged_kv GpuSession::Impl::kv_view(int il) const {
   kv.k = layers[il].k;
   kv.v = layers[il].v;
   kv.pages.indptr = indptr_dev();
-  kv.pages.indices = page_idx;
+  kv.pages.indices = ring(il) ? ring_idx : page_idx;
   kv.pages.last_page_len = last_dev();
   kv.pages.batch = 1;
   kv.pages.page_size = k_page;
@@ -654,7 +682,7 @@ Status GpuSession::Impl::enqueue(int32_t n, bool sparse) {
     ap.v = L.v;
     ap.k_new = k;
     ap.v_new = v;
-    ap.slot = slot_dev();
+    ap.slot = ring(il) ? ring_slot_dev() : slot_dev();
     ap.n_new = n;
     ap.n_kv_heads = hp.n_head_kv;
     ap.head_dim = hp.head_dim;
@@ -694,6 +722,10 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
   io_host[5] = n;
   for (int32_t i = 0; i < n; ++i) {
     slot_host()[i] = n_tok + i;
+    if (ring_pages > 0) {
+      const int64_t page = (n_tok + i) / k_page;
+      ring_slot_host()[i] = page % ring_pages * k_page + (n_tok + i) % k_page;
+    }
     ids_host()[i] = tokens[i];
     pos_host()[i] = n_tok + i;
   }
@@ -783,10 +815,16 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
 Status GpuSession::fits(int64_t n_more) const { return impl_->fits(impl_->n_tok + n_more); }
 int32_t GpuSession::n_tokens() const { return impl_->n_tok; }
 int32_t GpuSession::max_ctx() const { return impl_->max_ctx; }
-int64_t GpuSession::kv_bytes_per_token() const {
-  return int64_t{impl_->hp.kv_dim()} * 2 * 2 * impl_->hp.n_layer;  // bf16 K and V, every layer
+int64_t GpuSession::kv_bytes_per_token() const {  // one more token: the layers that keep it all
+  int64_t n = 0;
+  for (int il = 0; il < impl_->hp.n_layer; ++il) n += impl_->ring(il) ? 0 : 1;
+  return int64_t{impl_->hp.kv_dim()} * 2 * 2 * n;  // bf16 K and V
 }
-int64_t GpuSession::kv_bytes() const { return impl_->n_tok * kv_bytes_per_token(); }
+int64_t GpuSession::kv_bytes() const {
+  int64_t t = 0;
+  for (int il = 0; il < impl_->hp.n_layer; ++il) t += impl_->held_tokens(il, impl_->n_tok);
+  return t * impl_->hp.kv_dim() * 2 * 2;
+}
 int64_t GpuSession::weight_bytes() const { return impl_->weight_bytes; }
 const GpuStats& GpuSession::stats() const { return impl_->stats; }
 const GpuPolicy& GpuSession::policy() const { return impl_->pol; }

@@ -79,8 +79,8 @@ class GpuSession {
   int32_t n_tokens() const;
   int32_t max_ctx() const;
   static constexpr int32_t max_chunk() { return 512; }
-  int64_t kv_bytes() const;       // K/V held by the sequence now
-  int64_t kv_bytes_per_token() const;
+  int64_t kv_bytes() const;       // K/V held by the sequence now (sliding layers: their ring)
+  int64_t kv_bytes_per_token() const;  // one more token: the layers that keep every token
   int64_t weight_bytes() const;   // device memory of the weights
   const GpuStats& stats() const;
   const GpuPolicy& policy() const;

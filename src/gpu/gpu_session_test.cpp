@@ -167,20 +167,29 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
 }
 
 // Gemma 3 (sliding-window layers of 512 tokens, one global layer in six, QK norms, post-norms,
-// GeGLU): a 1200-token prompt crosses the window several times.
+// GeGLU): a 2500-token prompt crosses the window several times, and the sliding layers' ring
+// of 65 pages (1040 tokens) wraps twice.
 TEST(GpuSession, Gemma3SlidingWindowLayersMatchTheCpu) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   auto model = test_gemma3();
   if (!model) GTEST_SKIP() << "Gemma 3 test model not found";
-  const std::vector<int32_t> prompt = test_long_prompt(*model, 1200);
-  auto s = GpuSession::create(*model, 2048, GpuPolicy{});
+  const int32_t n = 2500;
+  const std::vector<int32_t> prompt = test_long_prompt(*model, n);
+  auto s = GpuSession::create(*model, 4096, GpuPolicy{});
   ASSERT_TRUE(s.ok()) << s.message();
   // the decode kernel's window equals the prefill kernel's per-query window
   std::vector<float> chunk, step;
   ASSERT_TRUE((*s)->prefill(prompt, chunk).ok());
+  // K/V held: every token in the full layers, the ring in the sliding ones
+  const ModelHParams& hp = model->hp;
+  int64_t full = 0;
+  for (LayerKind k : hp.layer_kind) full += k == LayerKind::full ? 1 : 0;
+  const int64_t per_tok_layer = int64_t{hp.kv_dim()} * 2 * 2;
+  EXPECT_EQ((*s)->kv_bytes(), per_tok_layer * (full * n + (hp.n_layer - full) * 1040));
+  EXPECT_EQ((*s)->kv_bytes_per_token(), per_tok_layer * full);
   (*s)->reset();
-  ASSERT_TRUE((*s)->prefill(std::span(prompt).first(1199), step).ok());
-  ASSERT_TRUE((*s)->step(std::span(prompt).subspan(1199), step).ok());
+  ASSERT_TRUE((*s)->prefill(std::span(prompt).first(n - 1), step).ok());
+  ASSERT_TRUE((*s)->step(std::span(prompt).subspan(n - 1), step).ok());
   const float d = rel_diff(chunk, step);
   std::printf("Gemma 3 GPU decode step vs prefill chunk: max |diff| / spread = %.5f\n", d);
   EXPECT_LT(d, 0.01f);

@@ -239,14 +239,7 @@ struct GpuSession::Impl {
       return make_error("the sequence would hold {} tokens, more than the context of {}; use a larger --ctx-size",
                         len, max_ctx);
     }
-    if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
-      return make_error(
-          "the sequence would reach {} tokens, past the {} the model was trained with: tokenselect switches to "
-          "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
-          "positions=original to keep original positions on the GPU, or --backend cpu",
-          len, hp.n_ctx_train);
-    }
-    return {};
+    return gpu_check_length(pol, hp, len);
   }
   cuda::paged_kv kv_view(int il) const;
   // One query per head against layer il's paged KV (decode attention or the exact scorer).
@@ -808,6 +801,17 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
     const int64_t n = std::min<int64_t>(max_chunk(), total - i);
     SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits));
     if (progress) progress(i + n, total);
+  }
+  return {};
+}
+
+Status gpu_check_length(const GpuPolicy& pol, const ModelHParams& hp, int64_t len) {
+  if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
+    return make_error(
+        "the sequence would reach {} tokens, past the {} the model was trained with: tokenselect switches to "
+        "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
+        "positions=original to keep original positions on the GPU, or --backend cpu",
+        len, hp.n_ctx_train);
   }
   return {};
 }

@@ -37,6 +37,9 @@ struct GpuPolicy {
 
 // The GPU form of a CPU policy, or an error naming what the CUDA backend cannot run.
 Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p);
+// Whether a sequence of len tokens runs under pol on the GPU at all (TokenSelect's compact
+// positions past the trained context do not): what GpuSession::fits() checks besides -c.
+Status gpu_check_length(const GpuPolicy& pol, const ModelHParams& hp, int64_t len);
 
 // Since the last reset(). The decode fields count decode steps only (a prefill chunk adds to
 // steps and prefill_selections), so after a prefill they read as the decode's own figures.

@@ -39,6 +39,10 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
     --policies dense,tokenselect:theta=abc
   expect_user_error bench-head-plan-alone "head-plan" "$SIEVE" bench -m "$MODEL" --lengths 64 \
     --n-decode 1 --policies dense,tokenselect --head-plan "$tmp/none.json"
+  # bug: a GPU bench whose last row could not run (compact positions) lost every finished row;
+  # each (policy, length) is now checked before the first runs, with or without a device
+  expect_user_error bench-cuda-positions "\\(--lengths 9000 with --n-decode 8\\|built without CUDA\\)" "$SIEVE" bench \
+    -m "$MODEL" --backend cuda --lengths 64 9000 --n-decode 8 --policies dense tokenselect
   # --backend cuda: a machine without a GPU (CI) says so; with one, a policy the GPU path lacks is named
   if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_user_error cuda-no-device "\\(no CUDA device is visible\\|built without CUDA\\)" "$SIEVE" run -m "$MODEL" --backend cuda -p hi -n 1

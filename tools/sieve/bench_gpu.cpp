@@ -22,6 +22,16 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt, const
   int32_t max_len = 0;
   for (int32_t l : o.lengths) max_len = std::max(max_len, l);
   const int32_t n_ctx = max_len + o.n_decode + 1;
+  // Every (policy, length) is checked before the first runs, so a bad pair costs no rows.
+  for (const PolicyPtr& policy : policies) {
+    for (int32_t len : o.lengths) {
+      auto gp = gpu_policy_from(resolve_auto(*policy, len));
+      if (!gp) throw UserError(gp.message());
+      if (Status st = gpu_check_length(*gp, model.hp, int64_t{len} + o.n_decode); !st)
+        throw UserError(fmt::format("{} (policy {}, --lengths {} with --n-decode {})", st.message(),
+                                    policy->describe(), len, o.n_decode));
+    }
+  }
   GpuRunner gpu(model, n_ctx);  // the weights are uploaded once per GPU policy
   for (const PolicyPtr& policy : policies) {
     for (int32_t len : o.lengths) {

@@ -263,7 +263,6 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
 
 void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
   const int n_q = 512;
-  const int G = sh.n_q / sh.n_kv;
   std::vector<int32_t> qo = {0, n_q};
   int32_t* d_qo = dupload(qo);
   prefill_params p;

@@ -559,18 +559,17 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   vt.G = G;
   vt.n_rows = rows;
   vt.max_len = max_ctx;
-  vt.scores = scores;
+  // scope=layer: every head of the layer votes into one row (scores' last), in the same launch
+  float* summed = scores + int64_t{rows} * score_stride;
+  vt.fold = pol.layer_vote ? rows : 1;
+  vt.scores = pol.layer_vote ? summed : scores;
   vt.score_stride = score_stride;
   vt.hist.seq_len = seqlen_dev();
-  vt.hist.rows_per_seq = rows;
+  vt.hist.rows_per_seq = sel_rows;
   vt.hist.budget = bu;
   if (!pol.layer_vote && !step_ws) vt.hist.ws = sel.ws;
   SIEVE_TRY(cuda::soft_vote(vt, lc));
-  if (pol.layer_vote) {
-    float* summed = scores + int64_t{rows} * score_stride;
-    SIEVE_TRY(cuda_check(cuda::launch_sum_rows(scores, score_stride, rows, max_ctx, 1, summed, stream), "sum_rows"));
-    sel.scores = summed;
-  }
+  if (pol.layer_vote) sel.scores = summed;
   if (step_ws) {
     SIEVE_TRY(cuda::sparse_step(fused_select_params(bu), lc));
   } else if (pol.layer_vote) {

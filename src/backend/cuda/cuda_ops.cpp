@@ -169,6 +169,9 @@ Status soft_vote(soft_vote_params p, const launch_cfg& lc) {
   if (p.logits == nullptr || p.stats == nullptr || p.scores == nullptr)
     return make_error("{}: logits / stats / scores are null", who);
   if (p.G < 1 || p.G > 8) return make_error("{}: G = {} outside [1, 8]", who, p.G);
+  if (p.fold < 1 || p.n_rows % p.fold != 0 || p.fold * p.G > soft_vote_max_heads)
+    return make_error("{}: fold = {} must divide n_rows = {} with fold x G <= {}", who, p.fold,
+                      p.n_rows, soft_vote_max_heads);
   if (p.hist.seq_len == nullptr)
     return make_error("{}: hist.seq_len is required (row lengths)", who);
   if (p.logit_stride % 4 != 0 || p.score_stride % 4 != 0)
@@ -176,7 +179,7 @@ Status soft_vote(soft_vote_params p, const launch_cfg& lc) {
   auto dev = current_device();
   if (!dev) return dev.error();
   const int tiles = select_max_tiles(p.max_len);
-  const int grid_x = std::clamp(2 * dev->n_sm / std::max(1, p.n_rows), 1, tiles);
+  const int grid_x = std::clamp(2 * dev->n_sm / std::max(1, p.n_rows / p.fold), 1, tiles);
   return cuda_status(launch_soft_vote(p, grid_x, lc), who);
 }
 

@@ -36,8 +36,5 @@ cudaError_t launch_glu(const float* gu, int32_t n_tok, int32_t n_ff, bool gelu, 
 // h [n_rows, n] += d, or += RMSNorm(d) * w when w is given.
 cudaError_t launch_residual_add(float* h, const float* d, const float* w, float eps, int32_t n_rows,
                                 int32_t n, cudaStream_t s);
-// dst[b, :len] = sum over r < n_rows of src[b * n_rows + r, :len] (rows of `stride` floats).
-cudaError_t launch_sum_rows(const float* src, int64_t stride, int32_t n_rows, int32_t len,
-                            int32_t batch, float* dst, cudaStream_t s);
 
 }  // namespace sieve::cuda

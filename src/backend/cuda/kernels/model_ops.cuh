@@ -153,17 +153,4 @@ __global__ void residual_add_kernel(float* h, const float* d, const float* w, fl
   }
 }
 
-// Sum of the rows of each group of n_rows score rows into one (TokenSelect's per-layer vote
-// from per-KV-head soft votes): dst[b, t] = sum_r src[b * n_rows + r, t] for t < len.
-__global__ void sum_rows_kernel(const float* src, int64_t stride, int32_t n_rows, int32_t len,
-                                float* dst) {
-  const int64_t b = blockIdx.y;
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < len;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (int r = 0; r < n_rows; ++r) s += src[(b * n_rows + r) * stride + t];
-    dst[b * stride + t] = s;
-  }
-}
-
 }  // namespace sieve::cuda

@@ -164,15 +164,19 @@ struct sketch_score_params {
 
 // Soft vote from exact logits: score_t = sum_h 2^(l_{h,t} - M_h) / Z_h over the G heads of a
 // KV group, M_h/Z_h merged from the per-chunk statistics of the scorer.
+inline constexpr int32_t soft_vote_max_heads = 64;  // fold * G
 struct soft_vote_params {
   const float* logits = nullptr;  // [n_rows, G, logit_stride]
   int64_t logit_stride = 0;
   const float* stats = nullptr;  // [n_rows, n_chunks, G, 2]
   int32_t n_chunks = 0;
   int32_t G = 0;
-  int32_t n_rows = 0;
+  int32_t n_rows = 0;  // input rows
+  // Input rows summed into one output row: 1 = one per row (a KV group's vote), n_kv = every
+  // head of a sequence (a layer's vote in one launch, no separate row sum). Divides n_rows.
+  int32_t fold = 1;
   int32_t max_len = 0;
-  float* scores = nullptr;  // [n_rows, score_stride]
+  float* scores = nullptr;  // [n_rows / fold, score_stride]
   int64_t score_stride = 0;
   hist_sink hist;
 };

@@ -208,22 +208,26 @@ __global__ void __launch_bounds__(sk_threads) sketch_score_kernel(const sketch_s
   }
 }
 
-// Soft vote over exact logits (written by the score mode of decode_kernel).
+// Soft vote over exact logits (written by the score mode of decode_kernel). Output row `row`
+// sums the heads of input rows row*fold .. row*fold + fold - 1 (fold 1: its own G heads).
 __global__ void __launch_bounds__(sel_threads) soft_vote_kernel(const soft_vote_params p) {
-  constexpr int max_g = 8;
-  __shared__ float s_gm[max_g], s_gzi[max_g];
+  constexpr int max_h = soft_vote_max_heads;
+  __shared__ float s_gm[max_h], s_gzi[max_h];
   __shared__ uint32_t s_cnt[sel_warps * 256];
   __shared__ float s_mass[sel_warps * 256];
   __shared__ sel_scan_smem s_scan;
   const int row = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = p.G;
+  const int in0 = row * p.fold;    // first input row
+  const int H = p.fold * G;        // heads voting into this output row
   griddep_wait();
   griddep_launch_dependents();
-  for (int h = warp; h < G; h += sel_warps) {
+  for (int h = warp; h < H; h += sel_warps) {
     float m = -INFINITY, z = 0.f;
+    const int r = in0 + h / G, hg = h % G;
     for (int cc = lane; cc < p.n_chunks; cc += 32) {
-      const float* st = p.stats + ((static_cast<int64_t>(row) * p.n_chunks + cc) * G + h) * 2;
+      const float* st = p.stats + ((static_cast<int64_t>(r) * p.n_chunks + cc) * G + hg) * 2;
       merge_ms(m, z, st[0], st[1]);
     }
     warp_merge_ms(m, z);
@@ -239,14 +243,14 @@ __global__ void __launch_bounds__(sel_threads) soft_vote_kernel(const soft_vote_
   int len, lo, hi;
   sel_row_range(p.hist.seq_len, p.hist.rows_per_seq, p.hist.budget, row, len, lo, hi);
   const int n_tiles = ceil_div(len, sel_tile);
-  const float* lg = p.logits + static_cast<int64_t>(row) * G * p.logit_stride;
+  const float* lg = p.logits + static_cast<int64_t>(in0) * G * p.logit_stride;
   float* out = p.scores + row * p.score_stride;
   for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
     const int t0 = tile * sel_tile + tid * sel_per_thread;
     float sc[sel_per_thread];
 #pragma unroll
     for (int i = 0; i < sel_per_thread; ++i) sc[i] = 0.f;
-    for (int h = 0; h < G; ++h) {
+    for (int h = 0; h < H; ++h) {
       const float m = s_gm[h], zi = s_gzi[h];
 #pragma unroll
       for (int i = 0; i < sel_per_thread; i += 4) {

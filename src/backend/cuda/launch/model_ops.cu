@@ -59,12 +59,4 @@ cudaError_t launch_residual_add(float* h, const float* d, const float* w, float 
   return cudaGetLastError();
 }
 
-cudaError_t launch_sum_rows(const float* src, int64_t stride, int32_t n_rows, int32_t len,
-                            int32_t batch, float* dst, cudaStream_t s) {
-  if (len <= 0 || batch <= 0) return cudaSuccess;
-  const int bx = std::min((len + model_ops_threads - 1) / model_ops_threads, 1024);
-  sum_rows_kernel<<<dim3(bx, batch), model_ops_threads, 0, s>>>(src, stride, n_rows, len, dst);
-  return cudaGetLastError();
-}
-
 }  // namespace sieve::cuda

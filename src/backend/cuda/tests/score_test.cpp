@@ -140,6 +140,36 @@ void run_exact(std::vector<int32_t> lens, int ps, int n_q, int n_kv, int D, dtyp
   EXPECT_LT(rel_err(got_l, want_l), 1e-5);
   EXPECT_LT(rel_err(got_s, want_s), 1e-4);
   sel.check(sc, lens);
+
+  // fold = n_kv: a sequence's heads vote into one row in one launch (scope=layer), equal to the
+  // sum of its KV groups' rows above; then top-k over those rows
+  dbuf<float> folded(static_cast<size_t>(B) * stride);
+  folded.poison();
+  sel_bufs fsel;
+  fsel.init(B, max_len, folded.p, stride, kv.d_lens.p, 1, bu);
+  soft_vote_params vf = v;
+  vf.fold = n_kv;
+  vf.scores = folded.p;
+  vf.hist = fsel.sink();
+  // the fused histogram accumulates into zeroed row headers (score_exact zeroed sel's above)
+  CUDA_OK(cudaMemset(fsel.ws.p, 0, B * select_ws_header_bytes()));
+  STATUS_OK(soft_vote(vf, launch_cfg{}));
+  STATUS_OK(select(fsel.p, true, launch_cfg{}));
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> fs = folded.get();
+  std::vector<double> got_f, want_f;
+  for (int b = 0; b < B; ++b) {
+    for (int tt = 0; tt < lens[b]; ++tt) {
+      double sum = 0;
+      for (int g = 0; g < n_kv; ++g) sum += sc[static_cast<size_t>(b * n_kv + g) * stride + tt];
+      want_f.push_back(sum);
+      got_f.push_back(fs[static_cast<size_t>(b) * stride + tt]);
+    }
+  }
+  EXPECT_LT(rel_err(got_f, want_f), 1e-5);
+  fsel.check(fs, lens);
+  vf.fold = 0;  // at least one row
+  EXPECT_FALSE(soft_vote(vf, launch_cfg{}).ok());
 }
 
 TEST(CudaScoreExact, LlamaShapeSoftVote) {

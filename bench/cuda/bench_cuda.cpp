@@ -290,15 +290,12 @@ void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
     report("prefill", name, sh.name, c.B, c.N, s, 0, note);
   }
   p.tile_rows = 0;
-  if (sh.n_q != k_llama.n_q) {
-    cudaFree(d_qo);
-    return;
-  }
-  // sparse chunk: mean query -> score -> select -> attend (sinks + selection + window + chunk)
+  // sparse chunk (the Llama shape only): mean query -> score -> select -> attend (sinks +
+  // selection + window + chunk)
   for (const sparse_variant& v0 : {k_variants[0], k_variants[2], k_variants[4], k_variants[5]}) {
     const sparse_variant var = resolve(v0, sh);
     const std::string name = std::string("prefill_sparse_") + var.name;
-    if (!selected(name)) continue;
+    if (sh.n_q != k_llama.n_q || !selected(name)) continue;
     step_plan sp = make_plan(c, sh, var, bf, bf.q_mean, n_q);
     sketch_query_params qp;
     qp.q = bf.q;

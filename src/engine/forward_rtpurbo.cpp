@@ -70,7 +70,7 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const int32_t n_items = static_cast<int32_t>(items.size());
   // q_idx = q_preRoPE W_Q per item; logits = q_idx . k_idx over the candidates, every item at
   // once per key (the threads split the candidates); then each item's top-p over
-  // softmax(logits x attn_scale), the items on different threads.
+  // softmax(logits x attn_scale x rt_gain), the items on different threads.
   std::vector<float> qi(static_cast<size_t>(n_items) * di, 0.0f);
   for (int32_t it = 0; it < n_items; ++it) {
     const float* wq = HP.indexer_q(il, items[it].h * G + items[it].g);
@@ -100,7 +100,7 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   pool_.parallel_for(n_items, 1, [&](int64_t a, int64_t z) {
     thread_local TopPScratch scratch;
     for (int64_t it = a; it < z; ++it) {
-      top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale, tp, sels[it], scratch);
+      top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale * P.rt_gain, tp, sels[it], scratch);
     }
   });
   std::vector<char> mark;

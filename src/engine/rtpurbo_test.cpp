@@ -177,6 +177,28 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
   EXPECT_LT(h.stats.selected_fraction(), 0.9);
   EXPECT_GT(h.stats.mean_selected(), 0.0);
   for (float x : h.logits.back()) ASSERT_TRUE(std::isfinite(x));
+  // rt_gain 4 sharpens the indexer's softmax: fewer tokens for the same p, and the same
+  // selection as W_Q scaled by 4 (a power of two: the logits scale exactly).
+  const std::vector<std::string> p90{"rt_window=16", "rt_sinks=4", "top_p=0.9", "min_keep=0"};
+  auto with = [&](std::string plan_path, std::string gain) {
+    std::vector<std::string> a = p90;
+    a.push_back("head_plan=" + plan_path);
+    a.push_back("rt_gain=" + gain);
+    auto p = make_policy("rtpurbo", a);
+    EXPECT_TRUE(p.ok()) << p.message();
+    return run(*m, prompt, 64, 3, &*p);
+  };
+  const Out g1 = with(path, "1");
+  const Out g4 = with(path, "4");
+  EXPECT_LT(g4.stats.mean_selected(), 0.8 * g1.stats.mean_selected());
+  HeadPlan scaled = identity_plan(*m);
+  for (auto& w : scaled.w_q) {
+    for (float& x : w) x *= 4.0f;
+  }
+  const Out s4 = with(save_tmp(scaled, "rt_identity_x4.json"), "1");
+  EXPECT_EQ(s4.stats.mean_selected(), g4.stats.mean_selected());
+  ASSERT_EQ(s4.logits.size(), g4.logits.size());
+  for (size_t s = 0; s < s4.logits.size(); ++s) EXPECT_LT(max_abs_diff(s4.logits[s], g4.logits[s]), 1e-5f) << s;
 }
 
 // Decode over key lists longer than an attention segment is split by keys across the threads

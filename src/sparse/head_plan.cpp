@@ -228,8 +228,14 @@ std::string head_plan_to_json(const HeadPlan& p) {
           fit.push_back(nullptr);
         } else {
           const IndexerFit& f = p.fit[lh(s, l, h)];
-          fit.push_back({{"kl_init", f.kl_init}, {"kl_fit", f.kl_fit}, {"recall_init", f.recall_init},
-                         {"recall_fit", f.recall_fit}});
+          json o = {{"kl_init", f.kl_init}, {"kl_fit", f.kl_fit}, {"recall_init", f.recall_init},
+                    {"recall_fit", f.recall_fit}};
+          if (f.keep > 0) {
+            o["keep"] = f.keep;
+            o["keep_oracle"] = f.keep_oracle;
+            o["coverage"] = f.coverage;
+          }
+          fit.push_back(std::move(o));
         }
       }
       for (int32_t g = 0; g < s.n_head_kv; ++g) {
@@ -342,6 +348,9 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
           o.kl_fit = f.value("kl_fit", 0.0);
           o.recall_init = f.value("recall_init", 0.0);
           o.recall_fit = f.value("recall_fit", 0.0);
+          o.keep = f.value("keep", 0.0);
+          o.keep_oracle = f.value("keep_oracle", 0.0);
+          o.coverage = f.value("coverage", 0.0);
         }
       }
       for (int32_t g = 0; g < s.n_head_kv; ++g) {

@@ -26,6 +26,10 @@ struct HeadShape {
 struct IndexerFit {
   double kl_init = 0, kl_fit = 0;          // KL(full || indexer attention), nats, mean
   double recall_init = 0, recall_fit = 0;  // top-`recall_k` of full attention inside the indexer's top-`recall_of`
+  // The top-p budget on held-out calibration queries (0 when not measured): the shares of the
+  // candidate keys kept by the indexer's top-p and by the full attention's own, and the
+  // attention mass the indexer's set holds.
+  double keep = 0, keep_oracle = 0, coverage = 0;
 };
 
 struct HeadPlan {

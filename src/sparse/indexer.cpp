@@ -264,6 +264,67 @@ IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptio
   return ev;
 }
 
+IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
+                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q, float gain,
+                             bool want_held_out, ThreadPool& pool) {
+  SIEVE_ASSERT(o.budget_p > 0);
+  const int32_t D = data.head_dim;
+  const float s = scale_of(o, D);
+  std::vector<std::vector<float>> kt;
+  project_keys(data, w_k, d, kt, pool);
+  const std::vector<Item> items = make_items(data, want_held_out);
+  // Per item: keep, coverage, oracle keep; NaN: too few candidates.
+  std::vector<double> keep(items.size()), cover(items.size()), oracle(items.size());
+  const TopPParams tp{o.budget_p, o.budget_min_keep, 0};
+  pool.run([&](int th, int n_th) {
+    std::vector<float> z, qt(d);
+    std::vector<int32_t> sel;
+    TopPScratch sc;
+    for (size_t it = items.size() * th / n_th; it < items.size() * (th + 1) / n_th; ++it) {
+      const Item& I = items[it];
+      const IndexerSeq& S = data.seqs[I.seq];
+      const int32_t n = S.q_len[I.q];
+      const int32_t c0 = std::min(o.budget_sinks, n), c1 = std::max(c0, n - o.budget_window);
+      const int32_t m = c1 - c0;
+      if (m < 64) {
+        keep[it] = cover[it] = oracle[it] = std::nan("");
+        continue;
+      }
+      z.resize(n);
+      project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D, w_q[I.head].data(), d, qt.data());
+      indexer_logits(qt.data(), kt[I.seq].data(), n, d, s, z.data());
+      const float* p = S.target.data() + I.t_off + c0;
+      double total = 0;
+      for (int32_t j = 0; j < m; ++j) total += p[j];
+      top_p_select_logits(z.data() + c0, m, gain, tp, sel, sc);
+      double held = 0;
+      for (int32_t j : sel) held += p[j];
+      keep[it] = static_cast<double>(sel.size()) / m;
+      cover[it] = total > 0 ? held / total : 1.0;
+      oracle[it] = static_cast<double>(top_p_cut(p, m, tp, sc).count) / m;
+    }
+  });
+  IndexerBudget r;
+  r.keep.assign(data.n_heads, 0.0);
+  r.coverage = r.oracle = r.keep;
+  std::vector<int64_t> cnt(data.n_heads, 0);
+  for (size_t it = 0; it < items.size(); ++it) {
+    if (std::isnan(keep[it])) continue;
+    const int32_t a = items[it].head;
+    cnt[a]++;
+    r.keep[a] += keep[it];
+    r.coverage[a] += cover[it];
+    r.oracle[a] += oracle[it];
+  }
+  for (int32_t a = 0; a < data.n_heads; ++a) {
+    const double c = cnt[a] > 0 ? static_cast<double>(cnt[a]) : std::nan("");
+    r.keep[a] /= c;
+    r.coverage[a] /= c;
+    r.oracle[a] /= c;
+  }
+  return r;
+}
+
 IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, ThreadPool& pool) {
   const int32_t D = data.head_dim, H = data.n_heads;
   SIEVE_ASSERT(D > 0 && H > 0);
@@ -374,6 +435,10 @@ IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOption
 
   const IndexerEval ev1 = evaluate_indexer(data, o, d, fit.w_k, w_q, true, pool);
   const IndexerEval tr1 = evaluate_indexer(data, o, d, fit.w_k, w_q, false, pool);
+
+  IndexerBudget bud;
+  if (o.budget_p > 0) bud = indexer_budget(data, o, d, fit.w_k, w_q, 1.0f, true, pool);
+
   fit.heads.resize(H);
   for (int32_t a = 0; a < H; ++a) {
     IndexerHeadFit& h = fit.heads[a];
@@ -384,6 +449,11 @@ IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOption
     h.recall_fit = ev1.recall[a];
     h.train_kl_init = tr0.kl[a];
     h.train_kl_fit = tr1.kl[a];
+    if (o.budget_p > 0) {
+      h.keep = bud.keep[a];
+      h.keep_oracle = bud.oracle[a];
+      h.coverage = bud.coverage[a];
+    }
   }
   return fit;
 }

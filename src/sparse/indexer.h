@@ -30,6 +30,12 @@ struct IndexerFitOptions {
   int32_t recall_of = 256;  // ... found in the indexer's top recall_of
   uint64_t seed = 1;
   IndexerInit init = IndexerInit::pca;
+  // The budget report after the fit (budget_p > 0, see indexer_budget): the candidates of a
+  // query are its keys but the first budget_sinks and the last budget_window, as at decode.
+  float budget_p = 0;
+  int32_t budget_sinks = 4;
+  int32_t budget_window = 0;
+  int32_t budget_min_keep = 16;  // the policy's floor under top-p
 };
 
 // One calibration sequence of a KV group. Query i of head a attends to keys [0, q_len[i]).
@@ -56,6 +62,10 @@ struct IndexerHeadFit {
   double kl_init = 0, kl_fit = 0;          // held-out mean KL(full || indexer), nats
   double recall_init = 0, recall_fit = 0;  // held-out recall of the full top recall_k in the indexer's top recall_of
   double train_kl_init = 0, train_kl_fit = 0;
+  // The budget on held-out queries (budget_p > 0): shares of the candidates kept by the
+  // indexer's top-p and by the full attention's own top-p, and the attention mass the
+  // indexer's set holds.
+  double keep = 0, keep_oracle = 0, coverage = 0;
 };
 
 struct IndexerGroupFit {
@@ -78,6 +88,18 @@ struct IndexerEval {
 };
 IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx,
                              const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q,
+                             bool want_held_out, ThreadPool& pool);
+
+// The indexer's top-p budget on the queries with held_out == want_held_out, per head, with its
+// logits multiplied by `gain` (the rtpurbo knob rt_gain): the mean share of the candidate keys
+// that top-budget_p over softmax(gain x indexer logits) keeps, the mean share of the full
+// attention's candidate mass that set holds, and the mean share the full attention's own
+// top-budget_p set needs. Queries with fewer than 64 candidates are left out.
+struct IndexerBudget {
+  std::vector<double> keep, coverage, oracle;  // [n_heads]
+};
+IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx,
+                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q, float gain,
                              bool want_held_out, ThreadPool& pool);
 
 // Symmetric eigen-decomposition (cyclic Jacobi) of a [n, n] matrix: eigenvalues descending,

@@ -131,6 +131,37 @@ TEST(Indexer, FitFromRandomInitAlsoLearns) {
   EXPECT_LT(fit.heads[0].train_kl_fit, fit.heads[0].train_kl_init);
 }
 
+// An exact indexer (W = identity at d_idx = head_dim, no RoPE in the synthetic data) keeps
+// exactly the attention's own top-p set: keep == oracle, coverage >= p. A gain above 1 keeps
+// fewer candidates and less mass; a gain below 1 more.
+TEST(Indexer, BudgetOfAnExactIndexerIsTheAttentionsOwn) {
+  const int32_t D = 8;
+  const IndexerGroupData data = subspace_problem(D, D, 2, 400, 64, 0.5f, 3);
+  ThreadPool pool(2);
+  IndexerFitOptions o;
+  o.scale = 0.5f;
+  o.budget_p = 0.9f;
+  o.budget_sinks = 4;
+  o.budget_window = 32;
+  o.budget_min_keep = 0;
+  std::vector<float> eye(D * D, 0.0f);
+  for (int32_t i = 0; i < D; ++i) eye[i * D + i] = 1.0f;
+  const std::vector<std::vector<float>> wq(2, eye);
+  const IndexerBudget b1 = indexer_budget(data, o, D, eye, wq, 1.0f, true, pool);
+  const IndexerBudget b4 = indexer_budget(data, o, D, eye, wq, 4.0f, true, pool);
+  const IndexerBudget bh = indexer_budget(data, o, D, eye, wq, 0.5f, true, pool);
+  for (int32_t a = 0; a < 2; ++a) {
+    EXPECT_GT(b1.oracle[a], 0.0) << a;
+    EXPECT_LT(b1.oracle[a], 1.0) << a;
+    EXPECT_NEAR(b1.keep[a], b1.oracle[a], 1e-3) << a;
+    EXPECT_GE(b1.coverage[a], 0.9 - 1e-4) << a;
+    EXPECT_LT(b4.keep[a], b1.keep[a]) << a;
+    EXPECT_LT(b4.coverage[a], b1.coverage[a]) << a;
+    EXPECT_GT(bh.keep[a], b1.keep[a]) << a;
+    EXPECT_EQ(b4.oracle[a], b1.oracle[a]) << a;  // the attention's own set does not move
+  }
+}
+
 TEST(Indexer, DeterministicAcrossPoolSizes) {
   const IndexerGroupData data = subspace_problem(16, 3, 2, 200, 40, 0.3f, 5, 0.1f);
   IndexerFitOptions o;

@@ -270,6 +270,9 @@ const std::vector<Knob>& knobs() {
       {{"rt_window", "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 4: SmolLM2 2048, Gemma 3 8192)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_window); },
        [](const PolicyConfig& p) { return std::to_string(p.rt_window); }},
+      {{"rt_gain", "rtpurbo: the indexer's logits are multiplied by this before top-p (1 = the fit as it is; > 1 keeps fewer tokens)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.01, 1000.0, p.rt_gain); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.rt_gain); }},
   };
   return table;
 }

@@ -189,6 +189,12 @@ TEST(Policy, PresetsKnobsAndErrors) {
   EXPECT_FALSE(set_policy_knob(p, "selection_cache=maybe").ok());
   EXPECT_FALSE(set_policy_knob(p, "no_equals_sign").ok());
   EXPECT_EQ(p.describe(), "tokenselect top_k=1024");
+  PolicyConfig rt = *make_policy("rtpurbo");
+  EXPECT_FLOAT_EQ(rt.rt_gain, 1.0f);
+  EXPECT_TRUE(set_policy_knob(rt, "rt_gain=4").ok());
+  EXPECT_FLOAT_EQ(rt.rt_gain, 4.0f);
+  EXPECT_FALSE(set_policy_knob(rt, "rt_gain=0").ok());
+  EXPECT_FALSE(set_policy_knob(rt, "rt_gain=-2").ok());
   auto j = policy_from_json_text(R"({"policy":"stca","keep_mass":0.8,"selection_cache":false})", "auto");
   ASSERT_TRUE(j.ok()) << j.message();
   EXPECT_EQ(j->preset, "stca");

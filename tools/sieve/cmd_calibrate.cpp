@@ -46,6 +46,8 @@ struct CalibrateOptions {
   int32_t steps = 200;
   int32_t queries = 128;  // per sample, for the fit
   float lr = 0.02f;
+  float budget_p = -1;         // < 0: the rtpurbo preset's top_p; 0: no budget report
+  int32_t budget_window = -1;  // < 0: ctx / 8
   bool sketch_basis = false;  // fit a PCA sketch basis instead of a head plan
   int32_t sketch_dim = 0;
   bool quiet = false;  // sieve -q: no progress bar
@@ -412,6 +414,13 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   fo.lr = o.lr;
   fo.scale = hp.attn_scale;
   fo.seed = o.seed;
+  {
+    const PolicyConfig rt = make_policy("rtpurbo").value();
+    fo.budget_p = o.budget_p < 0 ? rt.top_p : o.budget_p;
+    fo.budget_sinks = rt.rt_sinks;
+    fo.budget_min_keep = rt.min_keep;
+    fo.budget_window = o.budget_window < 0 ? o.ctx / 8 : o.budget_window;
+  }
   plan.d_idx = fo.d_idx;
   plan.recall_k = fo.recall_k;
   plan.recall_of = fo.recall_of;
@@ -422,8 +431,14 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   std::printf("indexer: d_idx %d, %d Adam steps, %d x %d query positions (every 4th held out), recall = full top-%d in "
               "indexer top-%d\n",
               fo.d_idx, fo.steps, o.samples, o.queries, fo.recall_k, fo.recall_of);
-  std::printf("layer  head  kv   held-out KL init -> fit          recall init -> fit   (JL sketch: KL, recall)\n");
-  double sums[6] = {};
+  if (fo.budget_p > 0) {
+    std::printf("budget: share of the candidates (not the first %d nor the last %d keys) that top-p %.2f keeps over the "
+                "indexer and over the full attention, and the attention mass the indexer's set holds\n",
+                fo.budget_sinks, fo.budget_window, fo.budget_p);
+  }
+  std::printf("layer  head  kv   held-out KL init -> fit          recall init -> fit   (JL sketch: KL, recall)%s\n",
+              fo.budget_p > 0 ? "   keep  attention's keep  mass held" : "");
+  double sums[6] = {}, budget_sums[3] = {};
   int32_t n_heads = 0;
   {
     Progress bar("calibrate: indexer fit", static_cast<int64_t>(groups.size()), o.quiet);
@@ -440,10 +455,17 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
         const IndexerHeadFit& h = fit.heads[a];
         const size_t i = static_cast<size_t>(g.layer) * hp.n_head + g.heads[a];
         plan.w_q[i] = h.w_q;
-        plan.fit[i] = IndexerFit{h.kl_init, h.kl_fit, h.recall_init, h.recall_fit};
-        std::printf("%5d  %4d  %2d   %7.3f -> %6.3f  (train %6.3f)  %5.3f -> %5.3f         (%6.3f, %5.3f)\n",
+        plan.fit[i] = IndexerFit{h.kl_init, h.kl_fit, h.recall_init, h.recall_fit, h.keep, h.keep_oracle, h.coverage};
+        std::printf("%5d  %4d  %2d   %7.3f -> %6.3f  (train %6.3f)  %5.3f -> %5.3f         (%6.3f, %5.3f)",
                     g.layer, g.heads[a], g.kv_head, h.kl_init, h.kl_fit, h.train_kl_fit, h.recall_init, h.recall_fit,
                     jl.kl[a], jl.recall[a]);
+        if (fo.budget_p > 0) {
+          std::printf("   %4.2f  %4.2f              %4.2f", h.keep, h.keep_oracle, h.coverage);
+          budget_sums[0] += h.keep;
+          budget_sums[1] += h.keep_oracle;
+          budget_sums[2] += h.coverage;
+        }
+        std::printf("\n");
         const double v[6] = {h.kl_init, h.kl_fit, h.recall_init, h.recall_fit, jl.kl[a], jl.recall[a]};
         for (int k = 0; k < 6; ++k) sums[k] += v[k];
         ++n_heads;
@@ -457,6 +479,12 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   std::printf("mean over %d heads: KL %.3f -> %.3f, recall %.3f -> %.3f (JL sketch: KL %.3f, recall %.3f); "
               "collect %.1f s, fit %.1f s\n",
               n_heads, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], collect_s, plan.fit_ms / 1000.0);
+  if (fo.budget_p > 0) {
+    for (double& s : budget_sums) s /= std::max(n_heads, 1);
+    std::printf("budget (held-out): top-p %.2f keeps %.1f%% of the candidates over the indexer, %.1f%% over the full "
+                "attention; the indexer's set holds %.3f of the attention's mass\n",
+                fo.budget_p, 100 * budget_sums[0], 100 * budget_sums[1], budget_sums[2]);
+  }
 }
 
 // ---- PCA sketch basis ----
@@ -543,6 +571,9 @@ int calibrate(CalibrateOptions o) {
   o.quiet = log_level() > LogLevel::info;
   if (o.out.empty()) throw UserError("--out FILE is required (where the head plan is written)");
   if (!o.head_plan.empty() && !o.fit_indexer) throw UserError("--head-plan is read only with --fit-indexer");
+  if ((o.budget_p >= 0 || o.budget_window >= 0) && !o.fit_indexer) {
+    throw UserError("--budget-p and --budget-window are read only with --fit-indexer");
+  }
   if (o.sketch_basis && (o.fit_indexer || !o.head_plan.empty())) {
     throw UserError("--sketch-basis fits a PCA sketch basis on its own; leave out --fit-indexer and --head-plan");
   }
@@ -589,6 +620,13 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--queries", o->queries, "query positions per sequence for the fit (every 4th held out)")
       ->check(CLI::Range(4, 1 << 20));
   app.add_option("--lr", o->lr, "Adam step size of the indexer fit")->check(CLI::Range(1e-6, 10.0));
+  app.add_option("--budget-p", o->budget_p,
+                 "with --fit-indexer: report the top-p budget at this p on the held-out queries, over the indexer and "
+                 "over the full attention (default: the rtpurbo preset's top_p; 0: no report)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--budget-window", o->budget_window,
+                 "with --fit-indexer: the recent keys left out of the budget's candidates (default ctx / 8)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--sketch-basis", o->sketch_basis,
                "fit a PCA sketch basis (top --sketch-dim eigenvectors of the post-RoPE keys per layer and KV head) "
                "for the sketch preset's sketch_basis knob, instead of a head plan");

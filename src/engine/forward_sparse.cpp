@@ -101,7 +101,11 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   sp.stats.context_tokens += kv_.n_tokens(e.seq);
   const int64_t kv_row_bytes = int64_t{Hkv} * d * 2;
 
-  const bool select_now = n_prefix > P.threshold() && (n_q == 1 || P.prefill == PrefillMode::chunk);
+  // A chunk reaching into the prompt's last prefill_tail tokens attends densely.
+  const bool dense_tail = n_q > 1 && P.prefill_tail > 0 && sp.prompt_tokens >= 0 &&
+                          n_keys > sp.prompt_tokens - P.prefill_tail;
+  const bool select_now =
+      n_prefix > P.threshold() && (n_q == 1 || (P.prefill == PrefillMode::chunk && !dense_tail));
   const bool ranks = P.scorer == ScorerKind::exact || P.scorer == ScorerKind::sketch ||
                      P.scorer == ScorerKind::quest;
   const bool score_for_memory = P.evicts() && n_prefix > P.sinks + P.local && ranks;

@@ -112,7 +112,10 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   }
   SIEVE_TRY(check_uniprefill_layers(policy, model_.hp));
   std::unique_ptr<SparseSeq> sparse;
-  if (!policy.is_dense()) sparse = std::make_unique<SparseSeq>(policy, model_.hp);
+  if (!policy.is_dense()) {
+    sparse = std::make_unique<SparseSeq>(policy, model_.hp);
+    sparse->prompt_tokens = static_cast<int64_t>(prompt.size());
+  }
   st.policy = policy.describe();
   auto added = kv_->add_sequence(prompt, policy_cache_salt(policy));
   if (!added) return added.error();

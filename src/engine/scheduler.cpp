@@ -188,6 +188,7 @@ void Scheduler::admit() {
       SparseStats kept = r.sparse ? r.sparse->stats : SparseStats{};
       r.sparse = std::make_unique<SparseSeq>(r.policy, model_.hp);
       r.sparse->stats = kept;  // a preempted request keeps counting
+      r.sparse->prompt_tokens = r.n_prompt;
     }
     if (!r.admitted_once) {
       r.cached_tokens = have;

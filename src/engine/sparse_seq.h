@@ -45,6 +45,9 @@ class SparseSeq {
   void invalidate_cache(int32_t il);
 
   SparseStats stats;
+  // Tokens of the prompt being prefilled (prefill_tail: which chunks run dense); -1: unknown,
+  // every chunk follows the policy.
+  int64_t prompt_tokens = -1;
 
  private:
   PolicyConfig policy_;

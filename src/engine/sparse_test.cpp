@@ -43,7 +43,10 @@ RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, 
   KvStore& kv = store.value();
   Forward fwd(m, pool, kv, &sketch);
   std::unique_ptr<SparseSeq> sp;
-  if (policy) sp = std::make_unique<SparseSeq>(*policy, m.hp);
+  if (policy) {
+    sp = std::make_unique<SparseSeq>(*policy, m.hp);
+    sp->prompt_tokens = static_cast<int64_t>(prompt.size());
+  }
   auto added = kv.add_sequence({});
   EXPECT_TRUE(added.ok());
   const KvSeqId seq = added->seq;
@@ -133,6 +136,30 @@ TEST(Sparse, LimitedBudgetReadsLessAndStaysClose) {
     EXPECT_LT(sp.stats.selected_fraction(), 0.9) << name;
     for (const auto& l : sp.logits.back()) ASSERT_TRUE(std::isfinite(l)) << name;
   }
+}
+
+// prefill_tail: chunks reaching into the prompt's last N tokens prefill densely. N >= the
+// prompt is prefill=dense; a shorter tail leaves the earlier chunks' selections as they were.
+TEST(Sparse, PrefillTailRunsTheLastChunksDensely) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, 320);
+  auto ts = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a{"sinks=8", "local=32", "top_k=48", "selection_cache=false", "prefill=chunk"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto p = make_policy("tokenselect", a);
+    EXPECT_TRUE(p.ok()) << p.message();
+    return run_model(*m, prompt, 64, 2, &*p);
+  };
+  const RunOut chunk = ts({}), dense = ts({"prefill=dense"});
+  const RunOut all = ts({"prefill_tail=320"}), part = ts({"prefill_tail=100"});
+  ASSERT_EQ(all.logits.size(), dense.logits.size());
+  for (size_t s = 0; s < all.logits.size(); ++s) EXPECT_EQ(all.logits[s], dense.logits[s]) << s;
+  // Chunks ending at 64, 128, 192 (<= 320 - 100) select; those ending at 256 and 320 do not.
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(part.logits[s], chunk.logits[s]) << s;
+  EXPECT_GT(max_abs_diff(part.logits[3], chunk.logits[3]), 1e-4f);
+  EXPECT_GT(max_abs_diff(part.logits[4], dense.logits[4]), 1e-4f);
+  EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"prefill_tail=-1"}).ok());
 }
 
 TEST(Sparse, SelectionCacheFollowsTheta) {

@@ -127,6 +127,7 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   g.sinks = p.sinks;
   g.local = p.local;
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
+  g.prefill_tail = p.prefill_tail;
   g.compact_beyond_train = p.positions == PositionMode::auto_;
   return g;
 }
@@ -231,7 +232,8 @@ struct GpuSession::Impl {
   // Every launch of one forward step of n tokens (inputs already in io_host), logits copied to
   // logits_host; no synchronisation.
   Status enqueue(int32_t n, bool sparse);
-  Status run(std::span<const int32_t> tokens, std::vector<float>& logits);
+  // dense_chunk: a prefill chunk attends densely whatever the policy (prefill_tail).
+  Status run(std::span<const int32_t> tokens, std::vector<float>& logits, bool dense_chunk = false);
   // Whether the sequence may grow to len tokens: the context, and TokenSelect's positions=auto,
   // which the CPU turns into compact positions past the trained context (not on the GPU).
   Status fits(int64_t len) const {
@@ -697,7 +699,7 @@ Status GpuSession::Impl::enqueue(int32_t n, bool sparse) {
                     "logits");
 }
 
-Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>& out) {
+Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>& out, bool dense_chunk) {
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (n <= 0) return make_error("gpu: empty step");
   if (n > max_chunk()) return make_error("gpu: a step of {} tokens exceeds the chunk of {}", n, max_chunk());
@@ -749,7 +751,7 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
       SIEVE_TRY(enqueue(1, sparse));
     }
   } else {
-    const bool chunk_sparse = selects && pol.chunk_prefill;
+    const bool chunk_sparse = selects && pol.chunk_prefill && !dense_chunk;
     SIEVE_TRY(enqueue(n, chunk_sparse));
     if (chunk_sparse) stats.prefill_selections += n_full_layers();
   }
@@ -798,7 +800,9 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
   const int64_t total = static_cast<int64_t>(tokens.size());
   for (int64_t i = 0; i < total; i += max_chunk()) {
     const int64_t n = std::min<int64_t>(max_chunk(), total - i);
-    SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits));
+    // Chunks reaching into the prompt's last prefill_tail tokens attend densely (the CPU's rule).
+    const bool tail = impl_->pol.prefill_tail > 0 && i + n > total - impl_->pol.prefill_tail;
+    SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits, tail));
     if (progress) progress(i + n, total);
   }
   return {};

@@ -164,6 +164,13 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   ASSERT_TRUE((*s)->prefill(prompt, la).ok());
   ASSERT_TRUE((*d)->prefill(prompt, lb).ok());
   EXPECT_GT(max_abs_diff(la, lb), 0.0f);
+  // prefill_tail: chunks reaching into the last 600 tokens (those ending at 1536 and 2000) run
+  // densely, the CPU's rule; only the chunk ending at 1024 selects.
+  ASSERT_TRUE(set_policy_knob(*cfg, "prefill_tail=600").ok());
+  auto t = GpuSession::create(*model, 4096, *gpu_policy_from(*cfg));
+  ASSERT_TRUE(t.ok()) << t.message();
+  EXPECT_EQ(gpu_greedy(**t, prompt, 8), cpu_greedy(*model, prompt, 8, std::make_shared<const PolicyConfig>(*cfg)));
+  EXPECT_EQ((*t)->stats().prefill_selections, 1 * model->hp.n_layer);
 }
 
 // Gemma 3 (sliding-window layers of 512 tokens, one global layer in six, QK norms, post-norms,
@@ -200,7 +207,7 @@ TEST(GpuSession, Gemma3SlidingWindowLayersMatchTheCpu) {
 // the runner compared only some fields of the policy. Every knob the GPU path runs counts.
 TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {
   const std::vector<std::vector<std::string>> variants = {
-      {}, {"prefill=dense"}, {"top_k=100"}, {"sinks=4"}, {"local=32"}, {"scope=group"}};
+      {}, {"prefill=dense"}, {"top_k=100"}, {"sinks=4"}, {"local=32"}, {"scope=group"}, {"prefill_tail=512"}};
   std::vector<GpuPolicy> made;
   for (const auto& v : variants) {
     auto cfg = make_policy("tokenselect", v);

@@ -62,6 +62,9 @@ struct PolicyConfig {
   MemoryKind memory = MemoryKind::keep;
   PositionMode positions = PositionMode::original;
   PrefillMode prefill = PrefillMode::dense;
+  // prefill=chunk: chunks that reach into the prompt's last prefill_tail tokens prefill densely
+  // (0: every chunk selects, as the paper). The question of a long-context prompt sits there.
+  int32_t prefill_tail = 0;
 
   int32_t top_k = 2048;     // selected tokens (0: no top-k; with top_p: a cap when > 0)
   float top_p = 0.0f;       // > 0: smallest set reaching this mass of the aggregated score

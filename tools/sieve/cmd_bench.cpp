@@ -136,6 +136,9 @@ int run(BenchOptions o) {
         std::unique_ptr<SparseSeq> sp, pre;
         if (!resolved.is_dense()) sp = std::make_unique<SparseSeq>(resolved, model.hp);
         if (resolved.is_dense() && dense_prefill) pre = std::make_unique<SparseSeq>(*dense_prefill, model.hp);
+        for (SparseSeq* s : {sp.get(), pre.get()}) {
+          if (s) s->prompt_tokens = len;
+        }
         std::vector<float> logits;
         auto t0 = std::chrono::steady_clock::now();
         // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).

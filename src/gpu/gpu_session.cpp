@@ -105,7 +105,7 @@ bool gpu_available() {
 
 Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   GpuPolicy g;
-  g.name = p.describe();  // "tokenselect prefill=dense" for auto: what runs
+  g.name = p.describe();
   if (p.is_dense()) return g;
   if (p.preset != "tokenselect" || p.scorer != ScorerKind::exact) {
     return make_error(
@@ -128,6 +128,16 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   g.local = p.local;
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
   g.prefill_tail = p.prefill_tail;
+  if (p.from_auto) {
+    // auto prefills densely here: the sparse chunk is slower than the dense prefill kernel on
+    // the GPU below ~64K (bench/RESULTS.md), and decode-only selection keeps dense's answers.
+    PolicyConfig d = p;
+    d.prefill = PrefillMode::dense;
+    d.prefill_tail = 0;
+    g.name = d.describe();
+    g.chunk_prefill = false;
+    g.prefill_tail = 0;
+  }
   g.compact_beyond_train = p.positions == PositionMode::auto_;
   return g;
 }

@@ -222,6 +222,23 @@ TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {
   EXPECT_FALSE(made[0] == GpuPolicy{});
 }
 
+// auto prefills in selecting chunks on the CPU; the GPU runs it with a dense prefill (faster
+// there) and names it so.
+TEST(GpuPolicy, AutoPrefillsDenselyOnTheGpu) {
+  const PolicyConfig r = resolve_auto(*make_policy("auto"), 100000);
+  ASSERT_EQ(r.prefill, PrefillMode::chunk);
+  auto gp = gpu_policy_from(r);
+  ASSERT_TRUE(gp.ok()) << gp.message();
+  EXPECT_TRUE(gp->sparse);
+  EXPECT_FALSE(gp->chunk_prefill);
+  EXPECT_EQ(gp->prefill_tail, 0);
+  EXPECT_EQ(gp->name, "tokenselect prefill=dense");
+  auto ts = gpu_policy_from(*make_policy("tokenselect", std::vector<std::string>{"prefill_tail=1024"}));
+  ASSERT_TRUE(ts.ok());
+  EXPECT_TRUE(ts->chunk_prefill);
+  EXPECT_EQ(ts->prefill_tail, 1024);
+}
+
 TEST(GpuSession, BadInputIsAnError) {
   REQUIRE_GPU_AND_MODEL();
   auto s = GpuSession::create(*model, 64, GpuPolicy{});

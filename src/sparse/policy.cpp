@@ -366,10 +366,13 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     p.selection_cache = false;
   } else if (preset == "tokenselect" || preset == "auto") {
     p.scorer = ScorerKind::exact;
-    // auto selects at decode only: chunk-prefill selection lost 6.3 points at 8K on SmolLM2 and
-    // 15.4 at 32K on Gemma 3, decode-only selection 0.6 and 0 (bench/RESULTS.md, "The model on
-    // the GPU"); the tokenselect preset keeps the paper's chunk prefill.
-    p.prefill = preset == "auto" ? PrefillMode::dense : PrefillMode::chunk;
+    // auto: chunk prefill with the chunks in the prompt's last 1024 tokens dense. Every chunk
+    // selecting (the paper) lost 5.9 points at 8K on SmolLM2 and 13.8 at 32K on Gemma 3; with
+    // the dense tail +2.5 and +3.3 (Gemma 8K -2.4), and the CPU prefill at 16K is 2.15x that of
+    // a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
+    // CUDA backend prefills auto densely (its sparse chunk is slower there below ~64K).
+    p.prefill = PrefillMode::chunk;
+    if (preset == "auto") p.prefill_tail = 1024;
     p.positions = PositionMode::auto_;
   } else if (preset == "sketch") {
     p.scorer = ScorerKind::sketch;
@@ -560,6 +563,7 @@ PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens) {
   if (prompt_tokens < std::max<int64_t>(auto_min_prompt(), p.threshold())) return *make_policy("dense");
   PolicyConfig r = p;
   r.preset = std::string(k_auto_preset);
+  r.from_auto = true;
   return r;
 }
 

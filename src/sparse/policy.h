@@ -65,6 +65,9 @@ struct PolicyConfig {
   // prefill=chunk: chunks that reach into the prompt's last prefill_tail tokens prefill densely
   // (0: every chunk selects, as the paper). The question of a long-context prompt sits there.
   int32_t prefill_tail = 0;
+  // Set by resolve_auto (not a knob): the policy is auto's choice, which a backend may run its
+  // own faster way (the CUDA backend prefills it densely).
+  bool from_auto = false;
 
   int32_t top_k = 2048;     // selected tokens (0: no top-k; with top_p: a cap when > 0)
   float top_p = 0.0f;       // > 0: smallest set reaching this mass of the aggregated score

@@ -225,10 +225,16 @@ TEST(Policy, AutoResolvesByPromptLength) {
   PolicyConfig a = *make_policy("auto");
   EXPECT_TRUE(resolve_auto(a, 100).is_dense());
   EXPECT_EQ(resolve_auto(a, 100000).preset, auto_sparse_preset());
-  // auto selects at decode and prefills densely (chunk selection cost quality: RESULTS.md);
-  // the tokenselect preset keeps the paper's chunk prefill
-  EXPECT_EQ(resolve_auto(a, 100000).prefill, PrefillMode::dense);
+  // auto prefills in selecting chunks but runs the prompt's last 1024 tokens densely (every
+  // chunk selecting cost quality: RESULTS.md); the tokenselect preset keeps the paper's rule
+  const PolicyConfig r = resolve_auto(a, 100000);
+  EXPECT_EQ(r.prefill, PrefillMode::chunk);
+  EXPECT_EQ(r.prefill_tail, 1024);
+  EXPECT_TRUE(r.from_auto);
+  EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024");
   EXPECT_EQ(make_policy("tokenselect")->prefill, PrefillMode::chunk);
+  EXPECT_EQ(make_policy("tokenselect")->prefill_tail, 0);
+  EXPECT_FALSE(make_policy("tokenselect")->from_auto);
 }
 
 }  // namespace

@@ -317,7 +317,7 @@ IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptio
     r.oracle[a] += oracle[it];
   }
   for (int32_t a = 0; a < data.n_heads; ++a) {
-    const double c = cnt[a] > 0 ? static_cast<double>(cnt[a]) : std::nan("");
+    const double c = static_cast<double>(std::max<int64_t>(cnt[a], 1));  // none: all 0
     r.keep[a] /= c;
     r.coverage[a] /= c;
     r.oracle[a] /= c;

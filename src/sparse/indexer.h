@@ -94,7 +94,8 @@ IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptio
 // logits multiplied by `gain` (the rtpurbo knob rt_gain): the mean share of the candidate keys
 // that top-budget_p over softmax(gain x indexer logits) keeps, the mean share of the full
 // attention's candidate mass that set holds, and the mean share the full attention's own
-// top-budget_p set needs. Queries with fewer than 64 candidates are left out.
+// top-budget_p set needs. Queries with fewer than 64 candidates are left out (a head with none
+// reads 0 everywhere).
 struct IndexerBudget {
   std::vector<double> keep, coverage, oracle;  // [n_heads]
 };

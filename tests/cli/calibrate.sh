@@ -36,6 +36,8 @@ run --fit-indexer --head-plan "$tmp/a.json" --steps 3 --queries 8 --out "$tmp/ix
 check "fit-indexer runs" $?
 grep -q '"d_idx": 8' "$tmp/ix.json"
 check "indexer written with d_idx = head_dim / 8" $?
+grep -q "^budget (held-out): top-p 0.95 keeps" "$tmp/ix.txt" && grep -q '"keep_oracle"' "$tmp/ix.json"
+check "top-p budget reported and written" $?
 
 expect_error() {  # name, expected substring, args...
   local name=$1 want=$2
@@ -52,6 +54,7 @@ expect_error "bad plan JSON" "not valid JSON" --fit-indexer --head-plan "$tmp/ba
 sed 's/"n_layer": 30/"n_layer": 29/' "$tmp/a.json" >"$tmp/shape.json"
 expect_error "plan for another shape" "29" --fit-indexer --head-plan "$tmp/shape.json" --out "$tmp/x.json"
 expect_error "ratio out of range" "ratio" --ratio 1.5 --out "$tmp/x.json"
+expect_error "--budget-p needs --fit-indexer" "only with --fit-indexer" --budget-p 0.9 --out "$tmp/x.json"
 
 if [ "$fail" -ne 0 ]; then
   cat "$tmp/err"

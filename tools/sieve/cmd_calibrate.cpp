@@ -439,6 +439,7 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   std::printf("layer  head  kv   held-out KL init -> fit          recall init -> fit   (JL sketch: KL, recall)%s\n",
               fo.budget_p > 0 ? "   keep  attention's keep  mass held" : "");
   double sums[6] = {}, budget_sums[3] = {};
+  int32_t budget_heads = 0;  // heads with queries of at least 64 candidates
   int32_t n_heads = 0;
   {
     Progress bar("calibrate: indexer fit", static_cast<int64_t>(groups.size()), o.quiet);
@@ -461,9 +462,12 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
                     jl.kl[a], jl.recall[a]);
         if (fo.budget_p > 0) {
           std::printf("   %4.2f  %4.2f              %4.2f", h.keep, h.keep_oracle, h.coverage);
-          budget_sums[0] += h.keep;
-          budget_sums[1] += h.keep_oracle;
-          budget_sums[2] += h.coverage;
+          if (h.keep > 0) {
+            budget_sums[0] += h.keep;
+            budget_sums[1] += h.keep_oracle;
+            budget_sums[2] += h.coverage;
+            ++budget_heads;
+          }
         }
         std::printf("\n");
         const double v[6] = {h.kl_init, h.kl_fit, h.recall_init, h.recall_fit, jl.kl[a], jl.recall[a]};
@@ -480,7 +484,7 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
               "collect %.1f s, fit %.1f s\n",
               n_heads, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], collect_s, plan.fit_ms / 1000.0);
   if (fo.budget_p > 0) {
-    for (double& s : budget_sums) s /= std::max(n_heads, 1);
+    for (double& s : budget_sums) s /= std::max(budget_heads, 1);
     std::printf("budget (held-out): top-p %.2f keeps %.1f%% of the candidates over the indexer, %.1f%% over the full "
                 "attention; the indexer's set holds %.3f of the attention's mass\n",
                 fo.budget_p, 100 * budget_sums[0], 100 * budget_sums[1], budget_sums[2]);

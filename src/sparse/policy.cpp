@@ -368,8 +368,8 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     p.scorer = ScorerKind::exact;
     // auto: chunk prefill with the chunks in the prompt's last 1024 tokens dense. Every chunk
     // selecting (the paper) lost 5.9 points at 8K on SmolLM2 and 13.8 at 32K on Gemma 3; with
-    // the dense tail +2.5 and +3.3 (Gemma 8K -2.4), and the CPU prefill at 16K is 2.15x that of
-    // a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
+    // the dense tail +2.5 and +3.3 (Gemma 8K -2.4), and the CPU prefill at 16K is 1.8-2.15x that
+    // of a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
     // CUDA backend prefills auto densely (its sparse chunk is slower there below ~64K).
     p.prefill = PrefillMode::chunk;
     if (preset == "auto") p.prefill_tail = 1024;

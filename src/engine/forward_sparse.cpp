@@ -102,8 +102,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   const int64_t kv_row_bytes = int64_t{Hkv} * d * 2;
 
   // A chunk reaching into the prompt's last prefill_tail tokens attends densely.
-  const bool dense_tail = n_q > 1 && P.prefill_tail > 0 && sp.prompt_tokens >= 0 &&
-                          n_keys > sp.prompt_tokens - P.prefill_tail;
+  const bool dense_tail =
+      n_q > 1 && sp.prompt_tokens >= 0 && in_prefill_tail(P.prefill_tail, n_keys, sp.prompt_tokens);
   const bool select_now =
       n_prefix > P.threshold() && (n_q == 1 || (P.prefill == PrefillMode::chunk && !dense_tail));
   const bool ranks = P.scorer == ScorerKind::exact || P.scorer == ScorerKind::sketch ||

@@ -103,7 +103,14 @@ bool gpu_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
+Result<GpuPolicy> gpu_policy_from(const PolicyConfig& chosen) {
+  // auto prefills densely here: the sparse chunk is slower than the dense prefill kernel on the
+  // GPU below ~64K (bench/RESULTS.md), and decode-only selection keeps dense's answers.
+  PolicyConfig p = chosen;
+  if (p.from_auto) {
+    p.prefill = PrefillMode::dense;
+    p.prefill_tail = 0;
+  }
   GpuPolicy g;
   g.name = p.describe();
   if (p.is_dense()) return g;
@@ -128,16 +135,6 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
   g.local = p.local;
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
   g.prefill_tail = p.prefill_tail;
-  if (p.from_auto) {
-    // auto prefills densely here: the sparse chunk is slower than the dense prefill kernel on
-    // the GPU below ~64K (bench/RESULTS.md), and decode-only selection keeps dense's answers.
-    PolicyConfig d = p;
-    d.prefill = PrefillMode::dense;
-    d.prefill_tail = 0;
-    g.name = d.describe();
-    g.chunk_prefill = false;
-    g.prefill_tail = 0;
-  }
   g.compact_beyond_train = p.positions == PositionMode::auto_;
   return g;
 }
@@ -810,8 +807,7 @@ Status GpuSession::prefill(std::span<const int32_t> tokens, std::vector<float>& 
   const int64_t total = static_cast<int64_t>(tokens.size());
   for (int64_t i = 0; i < total; i += max_chunk()) {
     const int64_t n = std::min<int64_t>(max_chunk(), total - i);
-    // Chunks reaching into the prompt's last prefill_tail tokens attend densely (the CPU's rule).
-    const bool tail = impl_->pol.prefill_tail > 0 && i + n > total - impl_->pol.prefill_tail;
+    const bool tail = in_prefill_tail(impl_->pol.prefill_tail, i + n, total);
     SIEVE_TRY(impl_->run(tokens.subspan(i, n), logits, tail));
     if (progress) progress(i + n, total);
   }

@@ -161,6 +161,11 @@ std::span<const KnobInfo> policy_knobs();
 bool is_auto(const PolicyConfig& p);
 int64_t auto_min_prompt();
 PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens);
+// prefill_tail: whether a prefill chunk ending at token chunk_end (exclusive) of a prompt of
+// prompt_tokens reaches into its last `tail` tokens and so attends densely (the CPU and GPU rule).
+inline bool in_prefill_tail(int32_t tail, int64_t chunk_end, int64_t prompt_tokens) {
+  return tail > 0 && chunk_end > prompt_tokens - tail;
+}
 
 using PolicyPtr = std::shared_ptr<const PolicyConfig>;
 

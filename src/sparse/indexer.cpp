@@ -1,6 +1,7 @@
 #include "sparse/indexer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -222,107 +223,110 @@ void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int3
   for (auto& w : w_q) w = w_k;
 }
 
-IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
-                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q,
-                             bool want_held_out, ThreadPool& pool) {
+namespace {
+
+// Per-head means of K metrics of the indexer over the queries with held_out == want_held_out.
+// For each (sequence, head, query) item, metric(item, seq, logits, scratch, out) fills out[0..K)
+// and returns false to leave the item out; logits() computes the indexer logits over the
+// query's keys (z, scaled) and returns their log-sum-exp. Items run on the pool, each thread
+// with its own Scratch; sums are taken in item order, so the means do not depend on the pool.
+// A head with no item reads 0.
+template <int K, class Scratch, class Metric>
+std::array<std::vector<double>, K> per_head_means(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
+                                                  const std::vector<float>& w_k,
+                                                  const std::vector<std::vector<float>>& w_q, bool want_held_out,
+                                                  ThreadPool& pool, Metric metric) {
   const int32_t D = data.head_dim;
   const float s = scale_of(o, D);
   std::vector<std::vector<float>> kt;
   project_keys(data, w_k, d, kt, pool);
   const std::vector<Item> items = make_items(data, want_held_out);
-  std::vector<double> kl(items.size()), rc(items.size());
+  std::vector<std::array<double, K>> vals(items.size());
+  std::vector<char> used(items.size(), 0);
   pool.run([&](int th, int n_th) {
     std::vector<float> z, qt(d);
-    std::vector<int32_t> a, b;
-    TopPScratch sc;
+    Scratch scratch;
     for (size_t it = items.size() * th / n_th; it < items.size() * (th + 1) / n_th; ++it) {
       const Item& I = items[it];
       const IndexerSeq& S = data.seqs[I.seq];
-      const int32_t n = S.q_len[I.q];
-      z.resize(n);
-      project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D, w_q[I.head].data(), d, qt.data());
-      const double lse = indexer_logits(qt.data(), kt[I.seq].data(), n, d, s, z.data());
-      const float* p = S.target.data() + I.t_off;
-      kl[it] = kl_of(p, z.data(), lse, n);
-      rc[it] = recall_of(p, z.data(), n, o.recall_k, o.recall_of, sc, a, b);
+      auto logits = [&]() -> std::pair<const float*, double> {
+        const int32_t n = S.q_len[I.q];
+        z.resize(n);
+        project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D, w_q[I.head].data(), d, qt.data());
+        const double lse = indexer_logits(qt.data(), kt[I.seq].data(), n, d, s, z.data());
+        return {z.data(), lse};
+      };
+      used[it] = metric(I, S, logits, scratch, vals[it]) ? 1 : 0;
     }
   });
-  IndexerEval ev;
-  ev.kl.assign(data.n_heads, 0.0);
-  ev.recall.assign(data.n_heads, 0.0);
+  std::array<std::vector<double>, K> mean;
+  for (auto& m : mean) m.assign(data.n_heads, 0.0);
   std::vector<int64_t> cnt(data.n_heads, 0);
   for (size_t it = 0; it < items.size(); ++it) {
-    ev.kl[items[it].head] += kl[it];
-    ev.recall[items[it].head] += rc[it];
-    cnt[items[it].head]++;
+    if (!used[it]) continue;
+    const int32_t a = items[it].head;
+    cnt[a]++;
+    for (int k = 0; k < K; ++k) mean[k][a] += vals[it][k];
   }
   for (int32_t a = 0; a < data.n_heads; ++a) {
     if (cnt[a] == 0) continue;
-    ev.kl[a] /= cnt[a];
-    ev.recall[a] /= cnt[a];
+    for (int k = 0; k < K; ++k) mean[k][a] /= cnt[a];
   }
-  return ev;
+  return mean;
+}
+
+}  // namespace
+
+IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
+                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q,
+                             bool want_held_out, ThreadPool& pool) {
+  struct Scratch {
+    std::vector<int32_t> a, b;
+    TopPScratch sc;
+  };
+  auto m = per_head_means<2, Scratch>(
+      data, o, d, w_k, w_q, want_held_out, pool,
+      [&](const Item& I, const IndexerSeq& S, auto& logits, Scratch& x, std::array<double, 2>& out) {
+        const int32_t n = S.q_len[I.q];
+        const auto [z, lse] = logits();
+        const float* p = S.target.data() + I.t_off;
+        out[0] = kl_of(p, z, lse, n);
+        out[1] = recall_of(p, z, n, o.recall_k, o.recall_of, x.sc, x.a, x.b);
+        return true;
+      });
+  return IndexerEval{std::move(m[0]), std::move(m[1])};
 }
 
 IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
                              const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q, float gain,
                              bool want_held_out, ThreadPool& pool) {
   SIEVE_ASSERT(o.budget_p > 0);
-  const int32_t D = data.head_dim;
-  const float s = scale_of(o, D);
-  std::vector<std::vector<float>> kt;
-  project_keys(data, w_k, d, kt, pool);
-  const std::vector<Item> items = make_items(data, want_held_out);
-  // Per item: keep, coverage, oracle keep; NaN: too few candidates.
-  std::vector<double> keep(items.size()), cover(items.size()), oracle(items.size());
   const TopPParams tp{o.budget_p, o.budget_min_keep, 0};
-  pool.run([&](int th, int n_th) {
-    std::vector<float> z, qt(d);
+  struct Scratch {
     std::vector<int32_t> sel;
     TopPScratch sc;
-    for (size_t it = items.size() * th / n_th; it < items.size() * (th + 1) / n_th; ++it) {
-      const Item& I = items[it];
-      const IndexerSeq& S = data.seqs[I.seq];
-      const int32_t n = S.q_len[I.q];
-      const int32_t c0 = std::min(o.budget_sinks, n), c1 = std::max(c0, n - o.budget_window);
-      const int32_t m = c1 - c0;
-      if (m < 64) {
-        keep[it] = cover[it] = oracle[it] = std::nan("");
-        continue;
-      }
-      z.resize(n);
-      project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D, w_q[I.head].data(), d, qt.data());
-      indexer_logits(qt.data(), kt[I.seq].data(), n, d, s, z.data());
-      const float* p = S.target.data() + I.t_off + c0;
-      double total = 0;
-      for (int32_t j = 0; j < m; ++j) total += p[j];
-      top_p_select_logits(z.data() + c0, m, gain, tp, sel, sc);
-      double held = 0;
-      for (int32_t j : sel) held += p[j];
-      keep[it] = static_cast<double>(sel.size()) / m;
-      cover[it] = total > 0 ? held / total : 1.0;
-      oracle[it] = static_cast<double>(top_p_cut(p, m, tp, sc).count) / m;
-    }
-  });
-  IndexerBudget r;
-  r.keep.assign(data.n_heads, 0.0);
-  r.coverage = r.oracle = r.keep;
-  std::vector<int64_t> cnt(data.n_heads, 0);
-  for (size_t it = 0; it < items.size(); ++it) {
-    if (std::isnan(keep[it])) continue;
-    const int32_t a = items[it].head;
-    cnt[a]++;
-    r.keep[a] += keep[it];
-    r.coverage[a] += cover[it];
-    r.oracle[a] += oracle[it];
-  }
-  for (int32_t a = 0; a < data.n_heads; ++a) {
-    const double c = static_cast<double>(std::max<int64_t>(cnt[a], 1));  // none: all 0
-    r.keep[a] /= c;
-    r.coverage[a] /= c;
-    r.oracle[a] /= c;
-  }
-  return r;
+  };
+  // keep, coverage, oracle keep; a query with fewer than 64 candidates is left out.
+  auto m = per_head_means<3, Scratch>(
+      data, o, d, w_k, w_q, want_held_out, pool,
+      [&](const Item& I, const IndexerSeq& S, auto& logits, Scratch& x, std::array<double, 3>& out) {
+        const int32_t n = S.q_len[I.q];
+        const int32_t c0 = std::min(o.budget_sinks, n), c1 = std::max(c0, n - o.budget_window);
+        const int32_t m = c1 - c0;
+        if (m < 64) return false;
+        const float* z = logits().first;
+        const float* p = S.target.data() + I.t_off + c0;
+        double total = 0;
+        for (int32_t j = 0; j < m; ++j) total += p[j];
+        top_p_select_logits(z + c0, m, gain, tp, x.sel, x.sc);
+        double held = 0;
+        for (int32_t j : x.sel) held += p[j];
+        out[0] = static_cast<double>(x.sel.size()) / m;
+        out[1] = total > 0 ? held / total : 1.0;
+        out[2] = static_cast<double>(top_p_cut(p, m, tp, x.sc).count) / m;
+        return true;
+      });
+  return IndexerBudget{std::move(m[0]), std::move(m[1]), std::move(m[2])};
 }
 
 IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, ThreadPool& pool) {

@@ -30,3 +30,20 @@ if ! "$root/build-venv/bin/python" -c "import openai, pytest" >/dev/null 2>&1; t
   python3 -m venv "$root/build-venv"
   "$root/build-venv/bin/python" -m pip install -q "openai>=1" pytest
 fi
+# cuDNN's fused attention (the GPU's dense prefill where it beats ours, src/backend/cuda/
+# cudnn_attention.h) compiles against the cuDNN frontend: header-only, from PyPI's
+# nvidia-cudnn-frontend wheel, unpacked into the git-ignored build-deps/ when the CUDA toolkit
+# has cudnn.h. cuDNN itself is loaded at run time.
+fe_dir="$root/build-deps/cudnn-frontend"
+cuda_inc=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")/../include
+if [ ! -f "$fe_dir/include/cudnn_frontend.h" ] && [ -f "$cuda_inc/cudnn.h" ]; then
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==1.32.0" >/dev/null 2>&1; then
+    python3 -c "import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('include/')])" "$tmp"/*.whl "$fe_dir"
+  else
+    echo "note: pip could not fetch nvidia-cudnn-frontend; the CUDA build goes without cuDNN attention" >&2
+  fi
+  rm -rf "$tmp"
+fi

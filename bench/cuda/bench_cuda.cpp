@@ -4,6 +4,9 @@
 // bench/cuda/report.py joins them with the PyTorch SDPA baseline of the same run.
 //
 //   bench_cuda --out ours.csv [--quick] [--filter SUBSTR] [--iters N]
+#include <chrono>
+
+#include "backend/cuda/cudnn_attention.h"
 #include "bench/cuda/bench_common.h"
 
 using namespace sieve::cuda;
@@ -261,6 +264,53 @@ void bench_fused_step(const cache& c, const shape& sh, buffers& bf) {
   }
 }
 
+// cuDNN's fused attention (the frontend's SDPA, cudnn_attention.h) on the same chunk: over the
+// K/V as one contiguous run (the pages in order, as the GPU session holds them) and through the
+// shuffled page table; the plan's build time goes in the note.
+void bench_prefill_cudnn(const cache& c, const shape& sh, buffers& bf, int n_q) {
+  std::vector<int32_t> lens(8, 0);
+  lens[0] = n_q;
+  lens[4] = c.N;
+  int32_t* d_lens = dupload(lens);
+  for (bool paged : {false, true}) {
+    const std::string name = paged ? "prefill_cudnn_paged" : "prefill_cudnn";
+    if (!selected(name)) continue;
+    cudnn_prefill_shape cs;
+    cs.n_q_heads = sh.n_q;
+    cs.n_kv_heads = sh.n_kv;
+    cs.head_dim = sh.D;
+    cs.max_q = n_q;
+    cs.max_kv = c.N;
+    cs.page_size = c.ps;
+    cs.n_pages = (c.N + c.ps - 1) / c.ps;
+    cs.paged = paged;
+    cs.scale = 1.f / std::sqrt(static_cast<float>(sh.D));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto plan = CudnnPrefill::create(cs, g_stream);
+    const double build_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!plan) {
+      std::printf("skip %s %s N=%d: %s\n", name.c_str(), sh.name, c.N, plan.message().c_str());
+      continue;
+    }
+    cudnn_prefill_args a;
+    a.q = bf.q;
+    a.k = c.k;
+    a.v = c.v;
+    a.page_list = c.indices;
+    a.seq_q = d_lens;
+    a.seq_kv = d_lens + 4;
+    a.o = bf.o;
+    const stats s = time_gpu([&] { SK((*plan)->run(a)); }, {}, g_quick ? 3 : 5);
+    const double flop = 4.0 * n_q * sh.n_q * static_cast<double>(c.N) * sh.D;
+    char note[128];
+    std::snprintf(note, sizeof note, "TFLOPs=%.0f plan_build_ms=%.0f ws_MiB=%lld", flop / (s.med * 1e-6) / 1e12,
+                  build_ms, static_cast<long long>((*plan)->workspace_bytes() >> 20));
+    report("prefill", name, sh.name, c.B, c.N, s, 0, note);
+  }
+  cudaFree(d_lens);
+}
+
 void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
   const int n_q = 512;
   std::vector<int32_t> qo = {0, n_q};
@@ -290,6 +340,7 @@ void bench_prefill(const cache& c, const shape& sh, buffers& bf) {
     report("prefill", name, sh.name, c.B, c.N, s, 0, note);
   }
   p.tile_rows = 0;
+  bench_prefill_cudnn(c, sh, bf, n_q);
   // sparse chunk (the Llama shape only): mean query -> score -> select -> attend (sinks +
   // selection + window + chunk)
   for (const sparse_variant& v0 : {k_variants[0], k_variants[2], k_variants[4], k_variants[5]}) {

@@ -170,16 +170,20 @@ def main():
     dense = [r for r in ours if r["name"] == "prefill_dense"]
     if dense:
         p("### Dense prefill chunk of 512 queries (B=1)")
-        p("| model | N | cuDNN us | flash us | ours us (splits) | 64 rows us | 128 rows us | ours TFLOPs | cuDNN/ours |")
-        p("|---|---|---|---|---|---|---|---|---|")
+        p("| model | N | cuDNN (PyTorch) us | flash us | ours us (splits) | 64 rows us | 128 rows us | ours TFLOPs | "
+          "cuDNN/ours | cuDNN frontend (ours) us | paged us | faster |")
+        p("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in dense:
             m, N = r["model"], r["N"]
             cd = get("prefill512_cudnn", m, 1, N)
+            fe = get("prefill_cudnn", m, 1, N)
             note = dict(kv.split("=") for kv in r["note"].split() if "=" in kv)
+            faster = "-" if fe is None else ("cuDNN frontend" if fe < r["median_us"] else "ours")
             p(f"| {m} | {N} | {fmt(cd)} | {fmt(get('prefill512_flash', m, 1, N))} | "
               f"{r['median_us']:.1f} ({note.get('splits', '?')}) | {fmt(get('prefill_dense_rows64', m, 1, N))} | "
               f"{fmt(get('prefill_dense_rows128', m, 1, N))} | {note.get('TFLOPs', '?')} | "
-              f"{fmt(cd / r['median_us'] if cd else None, 2)} |")
+              f"{fmt(cd / r['median_us'] if cd else None, 2)} | {fmt(fe)} | "
+              f"{fmt(get('prefill_cudnn_paged', m, 1, N))} | {faster} |")
         p("")
     other = [r for r in ours if r["group"] == "append"]
     if other:

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/model_ops.h"
 #include "backend/cpu/matmul.h"
 
@@ -170,8 +172,8 @@ struct GpuSession::Impl {
   int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
   int64_t score_stride = 0;
   // per-step inputs: one pinned host block copied to one device block
-  // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | slot int64[C] |
-  // ring slot int64[C] | ids[C] | pos[C]
+  // layout (int32 words): indptr[2] last[1] seq_len[1] qo[2] pad[2] | n pad[3] seq_len pad[3]
+  // (cuDNN's 16-byte aligned lengths) | slot int64[C] | ring slot int64[C] | ids[C] | pos[C]
   int32_t* io_host = nullptr;
   int32_t* io_dev = nullptr;
   int32_t* page_idx = nullptr;
@@ -181,18 +183,23 @@ struct GpuSession::Impl {
   int32_t* ring_idx = nullptr;
   float* logits_host = nullptr;
 
-  static constexpr int64_t io_words() { return 8 + 4 * max_chunk() + 2 * max_chunk(); }
-  int64_t* slot_host() { return reinterpret_cast<int64_t*>(io_host + 8); }
-  int64_t* ring_slot_host() { return reinterpret_cast<int64_t*>(io_host + 8 + 2 * max_chunk()); }
-  int32_t* ids_host() { return io_host + 8 + 4 * max_chunk(); }
+  static constexpr int64_t k_io_head = 16;
+  static constexpr int64_t io_words() { return k_io_head + 4 * max_chunk() + 2 * max_chunk(); }
+  int64_t* slot_host() { return reinterpret_cast<int64_t*>(io_host + k_io_head); }
+  int64_t* ring_slot_host() { return reinterpret_cast<int64_t*>(io_host + k_io_head + 2 * max_chunk()); }
+  int32_t* ids_host() { return io_host + k_io_head + 4 * max_chunk(); }
   int32_t* pos_host() { return ids_host() + max_chunk(); }
   const int32_t* indptr_dev() const { return io_dev; }
   const int32_t* last_dev() const { return io_dev + 2; }
   const int32_t* seqlen_dev() const { return io_dev + 3; }
   const int32_t* qo_dev() const { return io_dev + 4; }
-  const int64_t* slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + 8); }
-  const int64_t* ring_slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + 8 + 2 * max_chunk()); }
-  const int32_t* ids_dev() const { return io_dev + 8 + 4 * max_chunk(); }
+  const int32_t* cudnn_seq_q_dev() const { return io_dev + 8; }
+  const int32_t* cudnn_seq_kv_dev() const { return io_dev + 12; }
+  const int64_t* slot_dev() const { return reinterpret_cast<const int64_t*>(io_dev + k_io_head); }
+  const int64_t* ring_slot_dev() const {
+    return reinterpret_cast<const int64_t*>(io_dev + k_io_head + 2 * max_chunk());
+  }
+  const int32_t* ids_dev() const { return io_dev + k_io_head + 4 * max_chunk(); }
   bool ring(int il) const { return ring_pages > 0 && hp.layer_kind[il] == LayerKind::sliding; }
   // tokens whose K/V layer il holds for a sequence of n tokens
   int64_t held_tokens(int il, int64_t n) const { return ring(il) ? std::min<int64_t>(n, int64_t{ring_pages} * k_page) : n; }
@@ -217,6 +224,13 @@ struct GpuSession::Impl {
   // mean query) over the first len - tail tokens: sel_idx / sel_cnt, per layer or per KV head.
   Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set);
   Status init_fused_select();
+  // Dense prefill chunks of the full-attention layers: cuDNN's fused attention when it is
+  // faster than our kernel on this model's shape (timed once here), else ours.
+  Status choose_prefill_kernel();
+  Status time_prefill(bool with_cudnn, int32_t n, float& us);
+  std::unique_ptr<cuda::CudnnPrefill> cudnn;
+  bool use_cudnn = false;
+  std::string prefill_kernel;
   cuda::step_params fused_select_params(const cuda::select_budget& bu) const;
   bf16* q_mean = nullptr;
   float* q_mean_f = nullptr;
@@ -458,7 +472,100 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host), hp.n_vocab * sizeof(float)), "pinned memory"));
   std::memset(io_host, 0, io_words() * sizeof(int32_t));
   if (pol.sparse) SIEVE_TRY(init_fused_select());
+  SIEVE_TRY(choose_prefill_kernel());
   return cuda_check(cudaDeviceSynchronize(), "upload");
+}
+
+// One chunk of n queries against n keys of the first full layer (zeroed: timing only), best of 3.
+Status GpuSession::Impl::time_prefill(bool with_cudnn, int32_t n, float& us) {
+  int il = 0;
+  while (hp.layer_kind[il] != LayerKind::full) ++il;
+  const int32_t q_rows = std::min(n, max_chunk());
+  io_host[0] = 0;
+  io_host[1] = (n + k_page - 1) / k_page;
+  io_host[2] = n - (io_host[1] - 1) * k_page;
+  io_host[3] = n;
+  io_host[4] = 0;
+  io_host[5] = q_rows;
+  io_host[8] = q_rows;
+  io_host[12] = n;
+  SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, k_io_head * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+                       "copy"));
+  const bool keep = use_cudnn;
+  use_cudnn = with_cudnn;
+  cudaEvent_t ev[2];
+  SIEVE_TRY(cuda_check(cudaEventCreate(&ev[0]), "event"));
+  SIEVE_TRY(cuda_check(cudaEventCreate(&ev[1]), "event"));
+  Status st;
+  us = 1e30f;
+  for (int rep = 0; rep < 4 && st; ++rep) {  // the first run warms up
+    float ms = 0;
+    st = cuda_check(cudaEventRecord(ev[0], stream), "event");
+    if (st) st = attention(il, q_rows, false);
+    if (st) st = cuda_check(cudaEventRecord(ev[1], stream), "event");
+    if (st) st = cuda_check(cudaEventSynchronize(ev[1]), "prefill probe");
+    if (st) st = cuda_check(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event");
+    if (st && rep > 0) us = std::min(us, ms * 1000.f);
+  }
+  cudaEventDestroy(ev[0]);
+  cudaEventDestroy(ev[1]);
+  use_cudnn = keep;
+  return st;
+}
+
+// SIEVE_GPU_PREFILL=auto (or unset) | sieve | cudnn; like vLLM's VLLM_ATTENTION_BACKEND.
+Status GpuSession::Impl::choose_prefill_kernel() {
+  const char* env = std::getenv("SIEVE_GPU_PREFILL");
+  const std::string want = env ? env : "auto";
+  if (want != "auto" && want != "sieve" && want != "cudnn") {
+    return make_error("SIEVE_GPU_PREFILL={}: use auto (time both), sieve or cudnn", want);
+  }
+  prefill_kernel = want == "sieve" ? "sieve (SIEVE_GPU_PREFILL=sieve)" : "sieve";
+  if (want == "sieve" || n_full_layers() == 0 || (pol.sparse && pol.chunk_prefill && pol.prefill_tail == 0)) {
+    return {};
+  }
+  cuda::cudnn_prefill_shape sh;
+  sh.n_q_heads = hp.n_head;
+  sh.n_kv_heads = hp.n_head_kv;
+  sh.head_dim = hp.head_dim;
+  sh.max_q = max_chunk();
+  sh.max_kv = std::max(max_ctx, max_chunk());
+  sh.scale = hp.attn_scale;
+  auto plan = cuda::CudnnPrefill::create(sh, stream);
+  if (!plan && want == "cudnn") return make_error("SIEVE_GPU_PREFILL=cudnn: {}", plan.message());
+  if (!plan) {
+    prefill_kernel = fmt::format("sieve (cuDNN unavailable: {})", plan.message());
+    return {};
+  }
+  cudnn = std::move(*plan);
+  if (want == "cudnn") {
+    use_cudnn = true;
+    prefill_kernel = "cuDNN (SIEVE_GPU_PREFILL=cudnn)";
+    return {};
+  }
+  // A chunk that sees 16K keys (or the whole context): zeroed K/V, queries and their lengths.
+  const int32_t n = std::min(max_ctx, 16384);
+  int il = 0;
+  while (hp.layer_kind[il] != LayerKind::full) ++il;
+  const size_t kv_bytes = static_cast<size_t>(n) * hp.kv_dim() * sizeof(bf16);
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(layers[il].k, 0, kv_bytes, stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(layers[il].v, 0, kv_bytes, stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(q, 0, static_cast<size_t>(max_chunk()) * hp.q_dim() * sizeof(bf16), stream),
+                       "memset"));
+  float ours = 0, theirs = 0;
+  SIEVE_TRY(time_prefill(false, n, ours));
+  const Status timed = time_prefill(true, n, theirs);
+  if (!timed) {  // cuDNN failed on this device: keep ours and say why
+    (void)cudaGetLastError();
+    cudnn.reset();
+    prefill_kernel = fmt::format("sieve (cuDNN failed: {})", timed.message());
+    return {};
+  }
+  use_cudnn = theirs < 0.95f * ours;  // ours unless cuDNN is clearly faster
+  if (!use_cudnn) cudnn.reset();
+  prefill_kernel = fmt::format("{} ({}-query chunk over {} keys: sieve {:.0f} us, cuDNN {:.0f} us)",
+                               use_cudnn ? "cuDNN" : "sieve", std::min(n, max_chunk()), n, ours, theirs);
+  return {};
 }
 
 // y [n, out] = x [n, in] . W[out, in]^T (row-major), fp32 accumulation.
@@ -515,7 +622,7 @@ Status GpuSession::Impl::init_fused_select() {
   SIEVE_TRY(cuda_check(cudaMemsetAsync(step_ws, 0, cuda::step_ws_bytes(rows), stream), "memset"));
   SIEVE_TRY(cuda_check(cudaMemsetAsync(scores, 0, (hp.n_head_kv + 1) * score_stride * sizeof(float), stream), "memset"));
   io_host[3] = max_ctx;  // the probe's length
-  SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, 8 * sizeof(int32_t), cudaMemcpyHostToDevice, stream), "copy"));
+  SIEVE_TRY(cuda_check(cudaMemcpyAsync(io_dev, io_host, k_io_head * sizeof(int32_t), cudaMemcpyHostToDevice, stream), "copy"));
   cuda::select_budget bu;
   bu.k_max = pol.top_k;
   bu.lo = pol.sinks;
@@ -615,6 +722,16 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
       p.set = window_set();
       p.causal_window = hp.sliding_window;
       return cuda::prefill_attention(p, lc);
+    }
+    if (!sparse && use_cudnn) {
+      cuda::cudnn_prefill_args a;
+      a.q = q;
+      a.k = layers[il].k;
+      a.v = layers[il].v;
+      a.seq_q = cudnn_seq_q_dev();
+      a.seq_kv = cudnn_seq_kv_dev();
+      a.o = o;
+      return cudnn->run(a);
     }
     if (sparse) {  // the chunk's mean query selects once for every query of the chunk
       cuda::sketch_query_params mq;
@@ -721,6 +838,8 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
   io_host[3] = len;
   io_host[4] = 0;
   io_host[5] = n;
+  io_host[8] = n;
+  io_host[12] = len;
   for (int32_t i = 0; i < n; ++i) {
     slot_host()[i] = n_tok + i;
     if (ring_pages > 0) {
@@ -842,5 +961,6 @@ int64_t GpuSession::weight_bytes() const { return impl_->weight_bytes; }
 const GpuStats& GpuSession::stats() const { return impl_->stats; }
 const GpuPolicy& GpuSession::policy() const { return impl_->pol; }
 std::string GpuSession::device_name() const { return impl_->prop.name; }
+const std::string& GpuSession::prefill_kernel() const { return impl_->prefill_kernel; }
 
 }  // namespace sieve

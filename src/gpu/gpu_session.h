@@ -89,6 +89,8 @@ class GpuSession {
   const GpuStats& stats() const;
   const GpuPolicy& policy() const;
   std::string device_name() const;
+  // Which kernel runs dense prefill chunks and why: "cuDNN (...timings)" or "sieve (...)".
+  const std::string& prefill_kernel() const;
 
   struct Impl;
 

@@ -94,6 +94,43 @@ TEST(GpuSession, DenseLogitsMatchTheCpuAcrossChunks) {
   EXPECT_EQ((*s)->n_tokens(), 700);
 }
 
+// SIEVE_GPU_PREFILL picks the dense prefill kernel: cuDNN's fused attention gives the logits our
+// kernel gives (three chunks: the padding mask and the bottom-right causal mask at work).
+TEST(GpuSession, CudnnPrefillMatchesOurKernel) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 1100);
+  std::vector<float> ours, theirs;
+  setenv("SIEVE_GPU_PREFILL", "sieve", 1);
+  {
+    auto s = GpuSession::create(*model, 4096, GpuPolicy{});
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ((*s)->prefill_kernel().rfind("sieve", 0), 0u) << (*s)->prefill_kernel();
+    ASSERT_TRUE((*s)->prefill(prompt, ours).ok());
+  }
+  setenv("SIEVE_GPU_PREFILL", "cudnn", 1);
+  auto s = GpuSession::create(*model, 4096, GpuPolicy{});
+  unsetenv("SIEVE_GPU_PREFILL");
+  if (!s && s.message().find("cuDNN") != std::string::npos) GTEST_SKIP() << s.message();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ((*s)->prefill_kernel().rfind("cuDNN", 0), 0u) << (*s)->prefill_kernel();
+  ASSERT_TRUE((*s)->prefill(prompt, theirs).ok());
+  const float diff = rel_diff(ours, theirs);
+  std::printf("cuDNN vs sieve prefill kernel, last of 1100 prompt tokens: max |diff| / spread = %.5f\n", diff);
+  EXPECT_LT(diff, 0.01f);
+  EXPECT_EQ(argmax(ours), argmax(theirs));
+  // a bad value is one clear error
+  setenv("SIEVE_GPU_PREFILL", "fast", 1);
+  auto bad = GpuSession::create(*model, 4096, GpuPolicy{});
+  unsetenv("SIEVE_GPU_PREFILL");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("use auto (time both), sieve or cudnn"), std::string::npos) << bad.message();
+  // auto times both and names its choice
+  auto a = GpuSession::create(*model, 4096, GpuPolicy{});
+  ASSERT_TRUE(a.ok()) << a.message();
+  std::printf("SIEVE_GPU_PREFILL=auto on SmolLM2, 4096 context: %s\n", (*a)->prefill_kernel().c_str());
+  EXPECT_NE((*a)->prefill_kernel().find("us"), std::string::npos) << (*a)->prefill_kernel();
+}
+
 TEST(GpuSession, GreedyContinuationMatchesTheCpu) {
   REQUIRE_GPU_AND_MODEL();
   const std::vector<int32_t> prompt = model->tokenizer->encode(

@@ -51,8 +51,8 @@ GpuSession& GpuRunner::session(const GpuPolicy& p) {
 
 std::string GpuRunner::device() const {
   if (!impl_->session) return "cuda";
-  return fmt::format("{}, {:.2f} GiB of bf16 weights", impl_->session->device_name(),
-                     impl_->session->weight_bytes() / 1073741824.0);
+  return fmt::format("{}, {:.2f} GiB of bf16 weights, dense prefill attention: {}", impl_->session->device_name(),
+                     impl_->session->weight_bytes() / 1073741824.0, impl_->session->prefill_kernel());
 }
 namespace {
 class GpuEvalRunner final : public eval::Runner_i {

@@ -45,8 +45,8 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
   GpuRunner gpu(model, n_ctx);  // the weights are uploaded once per GPU policy
   for (const auto& [len, resolved, gp] : rows) {
     GpuSession& s = gpu.session(gp);
-    device = fmt::format("{} (bf16 weights {:.2f} GiB)", s.device_name(),
-                         s.weight_bytes() / 1073741824.0);
+    device = fmt::format("{} (bf16 weights {:.2f} GiB; dense prefill attention: {})", s.device_name(),
+                         s.weight_bytes() / 1073741824.0, s.prefill_kernel());
     std::vector<double> pf, dc;
     GpuStats decode_stats;
     std::vector<float> logits;

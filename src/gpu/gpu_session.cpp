@@ -563,8 +563,10 @@ Status GpuSession::Impl::choose_prefill_kernel() {
   }
   use_cudnn = theirs < 0.95f * ours;  // ours unless cuDNN is clearly faster
   if (!use_cudnn) cudnn.reset();
-  prefill_kernel = fmt::format("{} ({}-query chunk over {} keys: sieve {:.0f} us, cuDNN {:.0f} us)",
-                               use_cudnn ? "cuDNN" : "sieve", std::min(n, max_chunk()), n, ours, theirs);
+  auto version = cuda::cudnn_version();
+  prefill_kernel = fmt::format("{} ({}-query chunk over {} keys: sieve {:.0f} us, cuDNN {} {:.0f} us)",
+                               use_cudnn ? "cuDNN" : "sieve", std::min(n, max_chunk()), n, ours,
+                               version ? *version : "?", theirs);
   return {};
 }
 

@@ -57,7 +57,9 @@ Result<GenerateStats> generate_on_gpu(GpuSession& session, const Model& model, s
   st.sparse.layer_steps = gs.sparse_layer_steps + gs.dense_layer_steps;  // decode only (GpuStats)
   st.sparse.selected_tokens = static_cast<int64_t>(gs.keys_read);
   st.sparse.context_tokens = static_cast<int64_t>(gs.keys_total);
-  st.sparse.selections = gs.sparse_layer_steps;
+  st.sparse.selections = gs.sparse_layer_steps - gs.cache_hits;
+  st.sparse.cache_lookups = gs.cache_lookups;
+  st.sparse.cache_hits = gs.cache_hits;
   st.sparse.bytes_read = st.sparse.selected_tokens * int64_t{model.hp.kv_dim()} * 2 * 2;
   st.sparse.kv_bytes_held = st.kv_bytes;
   return st;

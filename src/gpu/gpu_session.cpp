@@ -13,6 +13,7 @@
 #include "backend/cuda/cudnn_attention.h"
 #include "backend/cuda/model_ops.h"
 #include "backend/cpu/matmul.h"
+#include "core/log.h"
 
 namespace sieve {
 namespace {
@@ -126,8 +127,8 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& chosen) {
       p.raw_logits || p.positions == PositionMode::compact || p.evicts() || p.drops_prefill() ||
       p.min_context > 0 || p.top_k <= 0) {
     return make_error(
-        "tokenselect on the CUDA backend runs the soft vote with a top_k budget, token blocks, "
-        "original positions and no selection cache reuse; these knobs differ: {} (use --backend cpu)",
+        "tokenselect on the CUDA backend runs the soft vote with a top_k budget, token blocks "
+        "and original positions; these knobs differ: {} (use --backend cpu)",
         p.describe());
   }
   g.sparse = true;
@@ -138,6 +139,13 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& chosen) {
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
   g.prefill_tail = p.prefill_tail;
   g.compact_beyond_train = p.positions == PositionMode::auto_;
+  if (p.selection_cache && !g.layer_vote) {
+    return make_error(
+        "tokenselect on the CUDA backend runs the selection cache with scope=layer (the default); "
+        "with scope=group add selection_cache=false, or use --backend cpu");
+  }
+  g.selection_cache = p.selection_cache;
+  g.theta = p.theta;
   return g;
 }
 
@@ -213,6 +221,7 @@ struct GpuSession::Impl {
     if (stream) cudaStreamDestroy(stream);
     if (io_host) cudaFreeHost(io_host);
     if (logits_host) cudaFreeHost(logits_host);
+    if (hits_host) cudaFreeHost(hits_host);
   }
 
   Status init(const Model& m, int32_t ctx, const GpuPolicy& p);
@@ -222,7 +231,20 @@ struct GpuSession::Impl {
   Status attention(int il, int32_t n, bool sparse);
   // TokenSelect's selection for query `qsel` ([n_head, d] bf16; a decode query or a chunk's
   // mean query) over the first len - tail tokens: sel_idx / sel_cnt, per layer or per KV head.
-  Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set);
+  // decode: with the selection cache on, the layer's cached selection (the probe decides on the
+  // device whether the scorer and the selection run at all).
+  Status select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set, bool decode = false);
+  // TokenSelect's Selection Cache (decode, scope=layer, over the fused selection): per layer the
+  // fingerprint, its state, the selection row (top_k + k_max_gap wide) and the skip flag.
+  static constexpr int32_t k_max_gap = 1024;
+  bool cache_on = false;
+  float* sc_fp = nullptr;
+  int32_t *sc_state = nullptr, *sc_idx = nullptr, *sc_cnt = nullptr, *sc_skip = nullptr;
+  uint32_t* sc_hits = nullptr;
+  uint32_t* hits_host = nullptr;
+  int32_t sc_stride() const { return pol.top_k + k_max_gap; }
+  Status init_selection_cache();
+  Status clear_selection_cache();
   Status init_fused_select();
   // Dense prefill chunks of the full-attention layers: cuDNN's fused attention when it is
   // faster than our kernel on this model's shape (timed once here), else ours.
@@ -231,7 +253,8 @@ struct GpuSession::Impl {
   std::unique_ptr<cuda::CudnnPrefill> cudnn;
   bool use_cudnn = false;
   std::string prefill_kernel;
-  cuda::step_params fused_select_params(const cuda::select_budget& bu) const;
+  cuda::step_params fused_select_params(const cuda::select_budget& bu, int32_t* out_idx = nullptr,
+                                        int32_t out_stride = 0, int32_t* out_count = nullptr) const;
   bf16* q_mean = nullptr;
   float* q_mean_f = nullptr;
   // Sliding-window layers read an empty selection + the window: [1] index, [1] zero count.
@@ -472,6 +495,7 @@ Status GpuSession::Impl::init(const Model& m, int32_t ctx, const GpuPolicy& p) {
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host), hp.n_vocab * sizeof(float)), "pinned memory"));
   std::memset(io_host, 0, io_words() * sizeof(int32_t));
   if (pol.sparse) SIEVE_TRY(init_fused_select());
+  if (pol.sparse && pol.selection_cache) SIEVE_TRY(init_selection_cache());
   SIEVE_TRY(choose_prefill_kernel());
   return cuda_check(cudaDeviceSynchronize(), "upload");
 }
@@ -595,7 +619,8 @@ cuda::paged_kv GpuSession::Impl::kv_view(int il) const {
   return kv;
 }
 
-cuda::step_params GpuSession::Impl::fused_select_params(const cuda::select_budget& bu) const {
+cuda::step_params GpuSession::Impl::fused_select_params(const cuda::select_budget& bu, int32_t* out_idx,
+                                                        int32_t out_stride, int32_t* out_count) const {
   const int32_t rows = pol.layer_vote ? 1 : hp.n_head_kv;
   cuda::step_params st;
   st.score = false;
@@ -607,9 +632,9 @@ cuda::step_params GpuSession::Impl::fused_select_params(const cuda::select_budge
   st.rows_per_seq = rows;
   st.max_len = max_ctx;
   st.budget = bu;
-  st.out_idx = sel_idx;
-  st.out_stride = pol.top_k;
-  st.out_count = sel_cnt;
+  st.out_idx = out_idx ? out_idx : sel_idx;
+  st.out_stride = out_idx ? out_stride : pol.top_k;
+  st.out_count = out_count ? out_count : sel_cnt;
   st.ws = step_ws;
   return st;
 }
@@ -638,8 +663,69 @@ Status GpuSession::Impl::init_fused_select() {
   return {};
 }
 
-Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set) {
+Status GpuSession::Impl::init_selection_cache() {
+  if (step_ws == nullptr) {  // the probe's skip reaches the fused selection only
+    log_warn("gpu: the fused selection does not run for this shape, so the selection cache is off");
+    return {};
+  }
+  const int32_t L = hp.n_layer;
+  auto fp = mem.alloc<float>(int64_t{L} * hp.head_dim, "selection cache");
+  auto st = mem.alloc<int32_t>(4 * L, "selection cache");
+  auto ix = mem.alloc<int32_t>(int64_t{L} * sc_stride(), "selection cache");
+  auto ct = mem.alloc<int32_t>(L, "selection cache");
+  auto sk = mem.alloc<int32_t>(L, "selection cache");
+  auto hi = mem.alloc<uint32_t>(1, "selection cache");
+  if (!fp || !st || !ix || !ct || !sk || !hi) return make_error("cuda: cannot allocate the selection cache");
+  sc_fp = *fp;
+  sc_state = *st;
+  sc_idx = *ix;
+  sc_cnt = *ct;
+  sc_skip = *sk;
+  sc_hits = *hi;
+  SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&hits_host), sizeof(uint32_t)), "pinned memory"));
+  cache_on = true;
+  return clear_selection_cache();
+}
+
+// A new sequence: no layer has a fingerprint, no hits counted.
+Status GpuSession::Impl::clear_selection_cache() {
+  if (!cache_on) return {};
+  *hits_host = 0;
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(sc_state, 0, 4 * hp.n_layer * sizeof(int32_t), stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(sc_cnt, 0, hp.n_layer * sizeof(int32_t), stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(sc_skip, 0, hp.n_layer * sizeof(int32_t), stream), "memset"));
+  SIEVE_TRY(cuda_check(cudaMemsetAsync(sc_hits, 0, sizeof(uint32_t), stream), "memset"));
+  return cuda_check(cudaStreamSynchronize(stream), "selection cache reset");
+}
+
+Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set, bool decode) {
   const cuda::launch_cfg lc{stream, true};
+  const bool cached = decode && cache_on;
+  int32_t* const c_idx = cached ? sc_idx + int64_t{il} * sc_stride() : nullptr;
+  int32_t* const c_cnt = cached ? sc_cnt + il : nullptr;
+  const int32_t* const skip = cached ? sc_skip + il : nullptr;
+  if (cached) {
+    cuda::sel_cache_params cp;
+    cp.q = qsel;
+    cp.pos = pos_dev();
+    cp.seq_len = seqlen_dev();
+    cp.n_q_heads = hp.n_head;
+    cp.head_dim = hp.head_dim;
+    cp.n_rot = hp.n_rot;
+    cp.rope_base = hp.rope_base[il];
+    cp.neox = hp.rope_mode == RopeMode::neox;
+    cp.theta = pol.theta;
+    cp.n_sink = pol.sinks;
+    cp.n_window = pol.local;
+    cp.fp = sc_fp + int64_t{il} * hp.head_dim;
+    cp.state = sc_state + 4 * il;
+    cp.sel_idx = c_idx;
+    cp.sel_count = c_cnt;
+    cp.max_gap = k_max_gap;
+    cp.skip = sc_skip + il;
+    cp.hits = sc_hits;
+    SIEVE_TRY(cuda::selection_cache_probe(cp, lc));
+  }
   const int32_t G = hp.n_gqa();
   const int32_t rows = hp.n_head_kv;
   const int32_t sel_rows = pol.layer_vote ? 1 : rows;
@@ -668,6 +754,7 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   s.n_splits = score_chunks;
   s.zero_ws = pol.layer_vote || step_ws ? nullptr : sel_ws;
   s.zero_bytes = cuda::select_ws_header_bytes();
+  s.skip = skip;
   SIEVE_TRY(cuda::score_exact(s, lc));
   cuda::soft_vote_params vt;
   vt.logits = sc_logits;
@@ -686,8 +773,21 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   vt.hist.rows_per_seq = sel_rows;
   vt.hist.budget = bu;
   if (!pol.layer_vote && !step_ws) vt.hist.ws = sel.ws;
+  vt.skip = skip;
   SIEVE_TRY(cuda::soft_vote(vt, lc));
   if (pol.layer_vote) sel.scores = summed;
+  if (cached) {  // cache_on implies the fused selection
+    cuda::step_params st = fused_select_params(bu, c_idx, sc_stride(), c_cnt);
+    st.skip = skip;
+    SIEVE_TRY(cuda::sparse_step(st, lc));
+    set.sel_idx = c_idx;
+    set.sel_count = c_cnt;
+    set.sel_stride = sc_stride();
+    set.sel_heads = 1;
+    set.n_sink = pol.sinks;
+    set.n_window = pol.local;
+    return {};
+  }
   if (step_ws) {
     SIEVE_TRY(cuda::sparse_step(fused_select_params(bu), lc));
   } else if (pol.layer_vote) {
@@ -766,7 +866,7 @@ Status GpuSession::Impl::attention(int il, int32_t n, bool sparse) {
     a.n_splits = dense_splits;  // splits past the length are empty
     return cuda::decode_attention(a, lc);
   }
-  SIEVE_TRY(select_tokens(il, q, pol.local + 1, a.set));
+  SIEVE_TRY(select_tokens(il, q, pol.local + 1, a.set, true));
   a.n_splits = sparse_splits;
   return cuda::decode_attention(a, lc);
 }
@@ -821,6 +921,10 @@ Status GpuSession::Impl::enqueue(int32_t n, bool sparse) {
   SIEVE_TRY(cuda_check(cuda::launch_rms_norm(h + int64_t{n - 1} * E, output_norm, hp.rms_eps, 1, E, xb, true, stream),
                        "norm"));
   SIEVE_TRY(gemm(output, hp.n_vocab, E, xb, 1, logits));
+  if (cache_on && n == 1 && sparse) {
+    SIEVE_TRY(cuda_check(cudaMemcpyAsync(hits_host, sc_hits, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream),
+                         "selection cache hits"));
+  }
   return cuda_check(cudaMemcpyAsync(logits_host, logits, hp.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream),
                     "logits");
 }
@@ -890,6 +994,10 @@ Status GpuSession::Impl::run(std::span<const int32_t> tokens, std::vector<float>
     stats.keys_total += double{1} * len * L;
     if (sparse) {
       stats.sparse_layer_steps += L;
+      if (cache_on) {
+        stats.cache_lookups += L;
+        stats.cache_hits = *hits_host;  // counted on the device since the sequence began
+      }
       stats.selected += double{1} * pol.top_k * L;
       stats.keys_read += double{1} * list * L;
     } else {
@@ -915,6 +1023,7 @@ Result<std::unique_ptr<GpuSession>> GpuSession::create(const Model& model, int32
 void GpuSession::reset() {
   impl_->n_tok = 0;
   impl_->stats = {};
+  if (Status st = impl_->clear_selection_cache(); !st) log_warn("gpu: {}", st.message());
 }
 
 Status GpuSession::step(std::span<const int32_t> tokens, std::vector<float>& logits) {

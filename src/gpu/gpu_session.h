@@ -32,6 +32,10 @@ struct GpuPolicy {
   // the model's trained context; the GPU path has no compact positions, so such a sequence is
   // an error there (positions=original runs on)
   bool compact_beyond_train = false;
+  // TokenSelect's Selection Cache at decode: reuse a layer's selection while the query's
+  // fingerprint keeps cosine >= theta with the one it was made for (scope=layer only)
+  bool selection_cache = false;
+  float theta = 0.9f;
   std::string name = "dense";
   bool operator==(const GpuPolicy&) const = default;
 };
@@ -52,6 +56,8 @@ struct GpuStats {
   double keys_read = 0;            // decode: keys attended, summed over layer-steps
   double keys_total = 0;           // decode: keys held, summed over layer-steps
   double selected = 0;             // decode: selected tokens (besides sinks and window), summed
+  int64_t cache_lookups = 0;       // decode: selection-cache probes (sparse layer-steps with the cache on)
+  int64_t cache_hits = 0;          //   and the ones that reused the layer's selection
   double fraction_read() const { return keys_total > 0 ? keys_read / keys_total : 1.0; }
   double mean_selected() const { return sparse_layer_steps > 0 ? selected / sparse_layer_steps : 0; }
 };

@@ -177,6 +177,52 @@ TEST(GpuSession, TokenSelectDecodeRunsSparseAndMatchesTheCpuPipeline) {
   EXPECT_EQ(crossing, cpu_greedy(*model, short_prompt, 16, std::make_shared<const PolicyConfig>(*cfg)));
 }
 
+// The Selection Cache on the GPU: theta = -1 reuses every layer's first selection (plus the
+// tokens that leave the window), theta = 1 re-selects every step (no query repeats exactly);
+// both give the CPU pipeline's tokens with the same knobs, and the hits are counted.
+TEST(GpuSession, TokenSelectSelectionCacheMatchesTheCpuPipeline) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 2000);
+  const int32_t L = model->hp.n_layer;
+  for (const char* theta : {"theta=-1", "theta=1", "theta=0.9"}) {
+    SCOPED_TRACE(theta);
+    auto cfg = make_policy("tokenselect", std::vector<std::string>{"top_k=256", "sinks=16", "local=64",
+                                                                    "prefill=dense", theta});
+    ASSERT_TRUE(cfg.ok()) << cfg.message();
+    auto gp = gpu_policy_from(*cfg);
+    ASSERT_TRUE(gp.ok()) << gp.message();
+    EXPECT_TRUE(gp->selection_cache);
+    auto s = GpuSession::create(*model, 4096, *gp);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const auto got = gpu_greedy(**s, prompt, 12);
+    const GpuStats& st = (*s)->stats();
+    EXPECT_EQ(st.cache_lookups, 11 * L);
+    std::printf("%s: %lld of %lld layer-steps reused their selection\n", theta,
+                static_cast<long long>(st.cache_hits), static_cast<long long>(st.cache_lookups));
+    if (std::string(theta) == "theta=-1") {
+      EXPECT_EQ(st.cache_hits, 10 * L);  // all but the first step
+    }
+    if (std::string(theta) == "theta=1") {
+      EXPECT_EQ(st.cache_hits, 0);
+    }
+    if (std::string(theta) != "theta=0.9") {  // 0.9 may flip a hit near the threshold
+      EXPECT_EQ(got, cpu_greedy(*model, prompt, 12, std::make_shared<const PolicyConfig>(*cfg)));
+    }
+    // a new sequence starts without fingerprints
+    (void)gpu_greedy(**s, prompt, 3);
+    EXPECT_EQ((*s)->stats().cache_lookups, 2 * L);
+    if (std::string(theta) == "theta=-1") {
+      EXPECT_EQ((*s)->stats().cache_hits, L);
+    }
+  }
+  // scope=group keeps one selection per KV head: the cache runs with scope=layer only here
+  auto group = make_policy("tokenselect", std::vector<std::string>{"scope=group"});
+  ASSERT_TRUE(group.ok());
+  auto bad = gpu_policy_from(*group);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("selection_cache=false"), std::string::npos) << bad.message();
+}
+
 TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   REQUIRE_GPU_AND_MODEL();
   const std::vector<int32_t> prompt = test_long_prompt(*model, 2000);  // chunks 2-4 select
@@ -244,7 +290,8 @@ TEST(GpuSession, Gemma3SlidingWindowLayersMatchTheCpu) {
 // the runner compared only some fields of the policy. Every knob the GPU path runs counts.
 TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {
   const std::vector<std::vector<std::string>> variants = {
-      {}, {"prefill=dense"}, {"top_k=100"}, {"sinks=4"}, {"local=32"}, {"scope=group"}, {"prefill_tail=512"}};
+      {}, {"prefill=dense"}, {"top_k=100"}, {"sinks=4"}, {"local=32"}, {"scope=group", "selection_cache=false"},
+      {"prefill_tail=512"}, {"selection_cache=false"}, {"theta=0.5"}};
   std::vector<GpuPolicy> made;
   for (const auto& v : variants) {
     auto cfg = make_policy("tokenselect", v);

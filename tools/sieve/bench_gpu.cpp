@@ -81,16 +81,21 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
         {"n_decode", o.n_decode},
         {"policy", resolved.describe()},
         {"gpu_policy", gp.sparse
-                           ? fmt::format("tokenselect top_k={} sinks={} local={} vote={}", gp.top_k,
-                                         gp.sinks, gp.local, gp.layer_vote ? "layer" : "group")
+                           ? fmt::format("tokenselect top_k={} sinks={} local={} vote={} cache={}", gp.top_k,
+                                         gp.sinks, gp.local, gp.layer_vote ? "layer" : "group",
+                                         gp.selection_cache ? fmt::format("theta {:g}", gp.theta) : "off")
                            : std::string("dense")},
         {"kv_bytes", s.kv_bytes()},
         {"selected_fraction", decode_stats.fraction_read()},
-        {"mean_selected_tokens", decode_stats.mean_selected()}};
+        {"mean_selected_tokens", decode_stats.mean_selected()},
+        {"cache_hit_rate", decode_stats.cache_lookups
+                               ? double(decode_stats.cache_hits) / double(decode_stats.cache_lookups)
+                               : 0.0}};
     log_info(
         "cuda prompt {} {}: prefill {:.0f} tok/s ({:.1f} ms), decode {:.1f} tok/s, read {:.1f}% of "
-        "KV",
-        len, resolved.describe(), p, 1000.0 * len / p, d, 100 * decode_stats.fraction_read());
+        "KV, selection cache hits {:.0f}%",
+        len, resolved.describe(), p, 1000.0 * len / p, d, 100 * decode_stats.fraction_read(),
+        decode_stats.cache_lookups ? 100.0 * decode_stats.cache_hits / decode_stats.cache_lookups : 0.0);
     results.push_back(r);
   }
 }

@@ -269,6 +269,19 @@ Status sketch_query(sketch_query_params p, const launch_cfg& lc) {
   return cuda_status(launch_sketch_query(p, lc), who);
 }
 
+Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc) {
+  const char* who = "selection_cache_probe";
+  if (!p.q || !p.pos || !p.seq_len || !p.fp || !p.state || !p.sel_idx || !p.sel_count || !p.skip)
+    return make_error("{}: q, pos, seq_len, fp, state, sel_idx, sel_count and skip must be set", who);
+  if (p.n_q_heads <= 0 || p.head_dim <= 0 || p.head_dim > 256)
+    return make_error("{}: {} heads of dim {} (dim 1..256)", who, p.n_q_heads, p.head_dim);
+  if (p.n_rot < 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0)
+    return make_error("{}: n_rot {} with head_dim {}", who, p.n_rot, p.head_dim);
+  if (p.n_sink < 0 || p.n_window < 0 || p.max_gap < 0)
+    return make_error("{}: n_sink {}, n_window {}, max_gap {}", who, p.n_sink, p.n_window, p.max_gap);
+  return cuda_status(launch_sel_cache(p, lc), who);
+}
+
 Status prefill_attention(prefill_params p, const launch_cfg& lc) {
   const char* who = "prefill_attention";
   SIEVE_TRY(check_kv(p.kv, p.n_q_heads, true, who));

@@ -66,6 +66,10 @@ Status prefill_attention(prefill_params p, const launch_cfg& lc);
 // shape, batch and tile_rows; n_splits ignored): 1 when one pass already fills it.
 int32_t prefill_splits(const prefill_params& p, int32_t max_splits);
 
+// TokenSelect's Selection Cache probe for one layer's decode query (sel_cache_params): writes
+// *p.skip, which the scorer / vote / fused-selection launches that follow read (their skip).
+Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc);
+
 // The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one thread-block cluster per
 // sequence, kernels/step_cluster.cuh, or one cooperative grid, kernels/sparse_step.cuh; p.sync),
 // the attention chained behind it. ws: step_ws_bytes(batch), zeroed once before first use

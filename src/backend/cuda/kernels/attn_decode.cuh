@@ -420,6 +420,9 @@ __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   griddep_wait();
   griddep_launch_dependents();
+  if constexpr (SCORE) {
+    if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
+  }
   decode_block<T, D, SCORE>(p, blockIdx.x, blockIdx.y, blockIdx.z, smem);
 }
 

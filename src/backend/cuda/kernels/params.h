@@ -81,6 +81,8 @@ struct decode_params {
   int32_t chunk_tokens = 0;  // score mode: tokens per CTA (multiple of 64)
   void* zero_ws = nullptr;   // score mode: if set, CTA 0 of each row zeroes this many bytes
   int64_t zero_bytes = 0;    //   (the selection workspace header; see select_params)
+  const int32_t* skip = nullptr;  // score mode: when set and *skip != 0 the launch does nothing
+                                  // (a selection-cache hit, sel_cache_params)
 };
 
 // Selection workspace: device scratch of select_workspace_bytes(); its per-row header must
@@ -179,6 +181,7 @@ struct soft_vote_params {
   float* scores = nullptr;  // [n_rows / fold, score_stride]
   int64_t score_stride = 0;
   hist_sink hist;
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launch does nothing
 };
 
 // One fused sparse decode step in a single launch: sketch scores with one shared sketch head
@@ -229,6 +232,32 @@ struct step_params {
   int64_t slot_words = 0;        // set by the launcher: the workspace's per-CTA slot words
   step_sync sync = step_sync::automatic;  // automatic: cluster when the rows fit (launch/step.cu)
   int32_t cl_keys = 0;  // set by the launcher (cluster): sketch keys per cp.async stage
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launch does nothing
+};
+
+// TokenSelect's Selection Cache for one decode query of one layer (one selection row, the
+// layer's vote): the fingerprint is the query rotated back to position 0 and averaged over the
+// heads; while its cosine with the fingerprint of the layer's last selection is >= theta, the
+// selection is reused and the tokens that left the window since then are appended to it (as
+// the CPU pipeline does). The kernel writes *skip (1 = hit: the scorer and selection launches
+// that read it do nothing); on a miss it stores the new fingerprint, and the selection launch
+// that follows writes the list.
+struct sel_cache_params {
+  const void* q = nullptr;         // [n_q_heads, head_dim] bf16, RoPE at position *pos
+  const int32_t* pos = nullptr;    // the query's position
+  const int32_t* seq_len = nullptr;  // tokens held, the query included
+  int32_t n_q_heads = 0, head_dim = 0, n_rot = 0;
+  float rope_base = 10000.f;
+  bool neox = false;               // RoPE pairs (i, i + n_rot/2), else (2i, 2i+1)
+  float theta = 0.9f;
+  int32_t n_sink = 0, n_window = 0;  // the token set's: picks lie in [n_sink, len - 1 - n_window)
+  float* fp = nullptr;             // [head_dim] the layer's stored fingerprint
+  int32_t* state = nullptr;        // [4]: valid, pick end at the selection, gap appended, 0
+  int32_t* sel_idx = nullptr;      // the layer's selection row (stride >= top_k + max_gap)
+  int32_t* sel_count = nullptr;
+  int32_t max_gap = 0;             // a hit that would append more tokens than this re-selects
+  int32_t* skip = nullptr;         // out: 1 = hit
+  uint32_t* hits = nullptr;        // optional: += 1 per hit
 };
 
 // Append new tokens' K/V into pages and write their sketch keys.

@@ -223,6 +223,7 @@ __global__ void __launch_bounds__(sel_threads) soft_vote_kernel(const soft_vote_
   const int H = p.fold * G;        // heads voting into this output row
   griddep_wait();
   griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
   for (int h = warp; h < H; h += sel_warps) {
     float m = -INFINITY, z = 0.f;
     const int r = in0 + h / G, hg = h % G;

@@ -368,6 +368,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
   __shared__ uint32_t s_words[step_static_words];
   __shared__ step_scan s_scan;
 
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit: all CTAs leave
   const int tid = threadIdx.x;
   const int cps = p.ctas_per_seq;
   const int b = blockIdx.x / cps, part = blockIdx.x - b * cps;

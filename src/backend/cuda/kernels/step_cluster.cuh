@@ -302,6 +302,11 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
   // other CTAs add into `own` from level 0 on: they wait for this zeroing before
   cluster_arrive_release();
   griddep_wait();  // inputs of an earlier kernel (PDL launch)
+  // a selection-cache hit: every CTA of every cluster leaves here, before any shared access
+  if (p.skip != nullptr && *p.skip != 0) {
+    cluster_wait_acquire();
+    return;
+  }
 
   const int len = p.seq_len[b / p.rows_per_seq];
   const int lo = min(max(bu.lo, 0), len);

@@ -38,6 +38,7 @@ int64_t step_workspace_hist_word(int b, int n_sm);
 cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
                                  cudaStream_t stream);
 
+cudaError_t launch_sel_cache(const sel_cache_params& p, const launch_cfg& lc);
 // Pseudo-random fill (mean offset, sd scale) of n elements of type t: benchmark data.
 cudaError_t launch_fill_random(void* p, int64_t n, dtype t, uint64_t seed, float scale,
                                float offset, cudaStream_t stream);

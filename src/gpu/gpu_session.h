@@ -28,6 +28,7 @@ struct GpuPolicy {
   int32_t local = 512;       // most recent tokens before the query, always read
   bool chunk_prefill = true; // prefill chunks attend to one selection from the chunk's mean query
   int32_t prefill_tail = 0;  // chunks reaching into the prompt's last N tokens attend densely
+  int32_t chunk_from = 0;    // prompts shorter than this prefill densely (auto: 65536)
   // positions=auto: the CPU renumbers selected tokens (compact positions) once a sequence passes
   // the model's trained context; the GPU path has no compact positions, so such a sequence is
   // an error there (positions=original runs on)

@@ -254,6 +254,14 @@ TEST(GpuSession, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   ASSERT_TRUE(t.ok()) << t.message();
   EXPECT_EQ(gpu_greedy(**t, prompt, 8), cpu_greedy(*model, prompt, 8, std::make_shared<const PolicyConfig>(*cfg)));
   EXPECT_EQ((*t)->stats().prefill_selections, 1 * model->hp.n_layer);
+  // chunk_from (auto's 64K on the GPU): a shorter prompt prefills densely
+  GpuPolicy from = *gpu_policy_from(*cfg);
+  from.chunk_from = 4096;
+  auto f = GpuSession::create(*model, 4096, from);
+  ASSERT_TRUE(f.ok()) << f.message();
+  std::vector<float> lf;
+  ASSERT_TRUE((*f)->prefill(prompt, lf).ok());
+  EXPECT_EQ((*f)->stats().prefill_selections, 0);
 }
 
 // Gemma 3 (sliding-window layers of 512 tokens, one global layer in six, QK norms, post-norms,
@@ -308,15 +316,18 @@ TEST(GpuPolicy, PoliciesThatDifferInAnyKnobAreDifferent) {
 
 // auto prefills in selecting chunks on the CPU; the GPU runs it with a dense prefill (faster
 // there) and names it so.
-TEST(GpuPolicy, AutoPrefillsDenselyOnTheGpu) {
+TEST(GpuPolicy, AutoPrefillsDenselyOnTheGpuBelow64K) {
   const PolicyConfig r = resolve_auto(*make_policy("auto"), 100000);
   ASSERT_EQ(r.prefill, PrefillMode::chunk);
   auto gp = gpu_policy_from(r);
   ASSERT_TRUE(gp.ok()) << gp.message();
   EXPECT_TRUE(gp->sparse);
-  EXPECT_FALSE(gp->chunk_prefill);
-  EXPECT_EQ(gp->prefill_tail, 0);
-  EXPECT_EQ(gp->name, "tokenselect prefill=dense");
+  EXPECT_TRUE(gp->chunk_prefill);
+  EXPECT_EQ(gp->prefill_tail, 1024);
+  EXPECT_EQ(gp->chunk_from, 65536);
+  EXPECT_TRUE(gp->selection_cache);
+  EXPECT_FLOAT_EQ(gp->theta, 0.7f);
+  EXPECT_EQ(gp->name, "tokenselect prefill_tail=1024 theta=0.7 (dense prefill below 65536 prompt tokens)");
   auto ts = gpu_policy_from(*make_policy("tokenselect", std::vector<std::string>{"prefill_tail=1024"}));
   ASSERT_TRUE(ts.ok());
   EXPECT_TRUE(ts->chunk_prefill);

@@ -370,9 +370,16 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     // selecting (the paper) lost 5.9 points at 8K on SmolLM2 and 13.8 at 32K on Gemma 3; with
     // the dense tail +2.5 and +3.3 (Gemma 8K -2.4), and the CPU prefill at 16K is 1.8-2.15x that
     // of a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
-    // CUDA backend prefills auto densely (its sparse chunk is slower there below ~64K).
+    // CUDA backend prefills auto densely below 64K prompt tokens (its sparse chunk is slower
+    // there). auto also reuses selections down to cosine 0.7 instead of the paper's 0.9: on
+    // 16 CPU threads decode goes from 0.84x / 1.15x of dense to 1.66x / 2.69x at 16K / 32K, and
+    // the six-task suite moves -0.7..+0.2 points on SmolLM2 (4K, 8K; n = 20) and -0.9 / -2.1
+    // on Gemma 3 (16K, 32K; n = 10) against theta 0.9 (bench/RESULTS.md, "auto's theta").
     p.prefill = PrefillMode::chunk;
-    if (preset == "auto") p.prefill_tail = 1024;
+    if (preset == "auto") {
+      p.prefill_tail = 1024;
+      p.theta = 0.7f;
+    }
     p.positions = PositionMode::auto_;
   } else if (preset == "sketch") {
     p.scorer = ScorerKind::sketch;

@@ -372,7 +372,7 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     // of a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
     // CUDA backend prefills auto densely below 64K prompt tokens (its sparse chunk is slower
     // there). auto also reuses selections down to cosine 0.7 instead of the paper's 0.9: on
-    // 16 CPU threads decode goes from 0.84x / 1.15x of dense to 1.66x / 2.69x at 16K / 32K, and
+    // 16 CPU threads decode goes from 0.84-0.97x / 1.15-1.20x of dense to 2.08x / 2.71x at 16K / 32K, and
     // the six-task suite moves -0.7..+0.2 points on SmolLM2 (4K, 8K; n = 20) and -0.9 / -2.1
     // on Gemma 3 (16K, 32K; n = 10) against theta 0.9 (bench/RESULTS.md, "auto's theta").
     p.prefill = PrefillMode::chunk;

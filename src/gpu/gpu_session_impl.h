@@ -190,8 +190,8 @@ struct GpuSession::Impl {
   std::unique_ptr<cuda::CudnnPrefill> cudnn;
   bool use_cudnn = false;
   std::string prefill_kernel;
-  cuda::step_params fused_select_params(const cuda::select_budget& bu, int32_t* out_idx = nullptr,
-                                        int32_t out_stride = 0, int32_t* out_count = nullptr) const;
+  cuda::step_params fused_select_params(const cuda::select_budget& bu, int32_t* out_idx, int32_t out_stride,
+                                        int32_t* out_count) const;
   bf16* q_mean = nullptr;
   float* q_mean_f = nullptr;
   // Sliding-window layers read an empty selection + the window: [1] index, [1] zero count.

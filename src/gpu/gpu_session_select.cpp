@@ -25,9 +25,9 @@ cuda::step_params GpuSession::Impl::fused_select_params(const cuda::select_budge
   st.rows_per_seq = rows;
   st.max_len = max_ctx;
   st.budget = bu;
-  st.out_idx = out_idx ? out_idx : sel_idx;
-  st.out_stride = out_idx ? out_stride : pol.top_k;
-  st.out_count = out_count ? out_count : sel_cnt;
+  st.out_idx = out_idx;
+  st.out_stride = out_stride;
+  st.out_count = out_count;
   st.ws = step_ws;
   return st;
 }
@@ -47,7 +47,8 @@ Status GpuSession::Impl::init_fused_select() {
   bu.k_max = pol.top_k;
   bu.lo = pol.sinks;
   bu.tail = pol.local + 1;
-  const Status probe = cuda::sparse_step(fused_select_params(bu), cuda::launch_cfg{stream, true});
+  const Status probe =
+      cuda::sparse_step(fused_select_params(bu, sel_idx, pol.top_k, sel_cnt), cuda::launch_cfg{stream, true});
   const cudaError_t e = cudaStreamSynchronize(stream);
   if (!probe.ok() || e != cudaSuccess) {
     (void)cudaGetLastError();  // a refused launch leaves no sticky error; clear the last one
@@ -93,9 +94,12 @@ Status GpuSession::Impl::clear_selection_cache() {
 
 Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, cuda::token_set& set, bool decode) {
   const cuda::launch_cfg lc{stream, true};
+  // With the cache (decode, scope=layer, fused selection) the layer's own row, wide enough for
+  // the tokens a reuse appends; else the shared rows.
   const bool cached = decode && cache_on;
-  int32_t* const c_idx = cached ? sc_idx + int64_t{il} * sc_stride() : nullptr;
-  int32_t* const c_cnt = cached ? sc_cnt + il : nullptr;
+  int32_t* const out_idx = cached ? sc_idx + int64_t{il} * sc_stride() : sel_idx;
+  int32_t* const out_cnt = cached ? sc_cnt + il : sel_cnt;
+  const int32_t out_stride = cached ? sc_stride() : pol.top_k;
   const int32_t* const skip = cached ? sc_skip + il : nullptr;
   if (cached) {
     cuda::sel_cache_params cp;
@@ -112,8 +116,8 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
     cp.n_window = pol.local;
     cp.fp = sc_fp + int64_t{il} * hp.head_dim;
     cp.state = sc_state + 4 * il;
-    cp.sel_idx = c_idx;
-    cp.sel_count = c_cnt;
+    cp.sel_idx = out_idx;
+    cp.sel_count = out_cnt;
     cp.max_gap = k_max_gap;
     cp.skip = sc_skip + il;
     cp.hits = sc_hits;
@@ -135,9 +139,9 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   sel.ws.base = sel_ws;
   sel.ws.n_rows = rows;
   sel.ws.max_tiles = cuda::select_max_tiles(max_ctx);
-  sel.out_idx = sel_idx;
-  sel.out_stride = pol.top_k;
-  sel.out_count = sel_cnt;
+  sel.out_idx = out_idx;
+  sel.out_stride = out_stride;
+  sel.out_count = out_cnt;
   // exact paged q.K (chunks past the length are empty) -> per-head softmax summed -> top-k
   cuda::decode_params s = decode_base(il, qsel);
   s.logits = sc_logits;
@@ -169,29 +173,19 @@ Status GpuSession::Impl::select_tokens(int il, const bf16* qsel, int32_t tail, c
   vt.skip = skip;
   SIEVE_TRY(cuda::soft_vote(vt, lc));
   if (pol.layer_vote) sel.scores = summed;
-  if (cached) {  // cache_on implies the fused selection
-    cuda::step_params st = fused_select_params(bu, c_idx, sc_stride(), c_cnt);
+  if (step_ws) {  // cache_on implies the fused selection
+    cuda::step_params st = fused_select_params(bu, out_idx, out_stride, out_cnt);
     st.skip = skip;
     SIEVE_TRY(cuda::sparse_step(st, lc));
-    set.sel_idx = c_idx;
-    set.sel_count = c_cnt;
-    set.sel_stride = sc_stride();
-    set.sel_heads = 1;
-    set.n_sink = pol.sinks;
-    set.n_window = pol.local;
-    return {};
-  }
-  if (step_ws) {
-    SIEVE_TRY(cuda::sparse_step(fused_select_params(bu), lc));
   } else if (pol.layer_vote) {
     SIEVE_TRY(cuda::select(sel, false, lc));
   } else {
     sel.scores = scores;
     SIEVE_TRY(cuda::select(sel, true, lc));
   }
-  set.sel_idx = sel_idx;
-  set.sel_count = sel_cnt;
-  set.sel_stride = pol.top_k;
+  set.sel_idx = out_idx;
+  set.sel_count = out_cnt;
+  set.sel_stride = out_stride;
   set.sel_heads = sel_rows;
   set.n_sink = pol.sinks;
   set.n_window = pol.local;

@@ -14,7 +14,7 @@ constexpr int sel_cache_max_dim = 256;
 __global__ void __launch_bounds__(sel_cache_threads) sel_cache_kernel(const sel_cache_params p) {
   __shared__ float s_fp[sel_cache_max_dim];
   __shared__ double s_red[3][sel_cache_threads / 32];
-  __shared__ int s_hit;
+  __shared__ int s_hit, s_base;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int d = p.head_dim, half = p.n_rot / 2;
   griddep_wait();  // q comes from the kernel before
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(sel_cache_threads) sel_cache_kernel(const sel_
       const int base = *p.sel_count - st[2];  // the selection's own picks
       *p.sel_count = base + gap;
       st[2] = gap;
-      s_red[0][0] = static_cast<double>(base);
+      s_base = base;
     } else {
       st[0] = 1;
       st[1] = pick_end;
@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(sel_cache_threads) sel_cache_kernel(const sel_
   }
   __syncthreads();
   if (s_hit) {  // the tokens that left the window since the selection, after its picks
-    const int base = static_cast<int>(s_red[0][0]), stored_end = st[1];
-    for (int j = stored_end + tid; j < pick_end; j += sel_cache_threads) p.sel_idx[base + j - stored_end] = j;
+    const int stored_end = st[1];
+    for (int j = stored_end + tid; j < pick_end; j += sel_cache_threads) p.sel_idx[s_base + j - stored_end] = j;
   } else {
     for (int c = tid; c < d; c += sel_cache_threads) p.fp[c] = s_fp[c];
   }

@@ -48,9 +48,8 @@ Status GpuSession::Impl::choose_prefill_kernel() {
     return make_error("SIEVE_GPU_PREFILL={}: use auto (time both), sieve or cudnn", want);
   }
   prefill_kernel = want == "sieve" ? "sieve (SIEVE_GPU_PREFILL=sieve)" : "sieve";
-  if (want == "sieve" || n_full_layers() == 0 || (pol.sparse && pol.chunk_prefill && pol.prefill_tail == 0)) {
-    return {};
-  }
+  // every policy prefills some chunks densely (a sparse one until its selection starts)
+  if (want == "sieve" || n_full_layers() == 0) return {};
   cuda::cudnn_prefill_shape sh;
   sh.n_q_heads = hp.n_head;
   sh.n_kv_heads = hp.n_head_kv;

@@ -169,6 +169,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
 }
 
 void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
+  const ScopedNs timer{attention_ns_};
   const ModelHParams& hp = model_.hp;
   const int G = hp.n_gqa();
   const int d = hp.head_dim;

@@ -62,6 +62,9 @@ class Forward {
   int32_t n_rows(size_t entry) const { return n_rows_[entry]; }
   // Batch rows each layer computed in the last run (UniPrefill's savings; tests).
   std::span<const int64_t> layer_rows() const { return layer_rows_; }
+  // Wall time spent in attention since construction: sparse planning (scoring, selection)
+  // plus the attention itself, every layer of every run (sieve bench's per-phase split).
+  int64_t attention_ns() const { return attention_ns_; }
 
  private:
   // The store's stream of KV head h of layer il and h's index inside it (one stream per layer,
@@ -126,6 +129,7 @@ class Forward {
   std::vector<DropState> drop_;
   std::vector<int64_t> layer_rows_;
   std::span<const BatchEntry> batch_;  // the step being run
+  int64_t attention_ns_ = 0;
 };
 
 }  // namespace sieve

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "backend/cpu/attention.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/kv_binding.h"
@@ -32,8 +33,8 @@ struct RunOut {
 
 // Prefill in chunks, then greedy decode; the sparse state (when given) rides along.
 RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_decode,
-        const PolicyConfig* policy, int32_t budget_tokens = 0, bool check_evictions = false) {
-  ThreadPool pool(2);
+        const PolicyConfig* policy, int32_t budget_tokens = 0, bool check_evictions = false, int threads = 2) {
+  ThreadPool pool(threads);
   SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
   KvConfig c = kv_config_for(m.hp, 0, 16, "test");
   c.sketch_dim = sketch.spec().dim;
@@ -118,6 +119,28 @@ TEST(Sparse, UnlimitedBudgetEqualsDenseForEveryPreset) {
       EXPECT_GT(sp.stats.layer_steps, 0) << name;
       EXPECT_NEAR(sp.stats.selected_fraction(), 1.0, 1e-9) << name;  // everything was read
     }
+  }
+}
+
+// A decode row over a selection longer than kAttnSegment is split by keys across threads, at
+// attend()'s own segment boundaries: 16 threads give the one-thread logits bit for bit, with
+// original and with compact positions (each part renumbers from its first key).
+TEST(Sparse, DecodeOverASelectionSplitAcrossThreadsEqualsOneThread) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 640 : 700);
+  for (const char* positions : {"original", "compact"}) {
+    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=16", "local=64", "top_k=520", "min_context=1",
+                                                                 std::string("positions=") + positions});
+    ASSERT_TRUE(p.ok()) << p.message();
+    static_assert(16 + 520 + 64 > kAttnSegment, "the decode rows are split");
+    const RunOut one = run_model(*m, prompt, 128, 3, &*p, 0, false, 1);
+    const RunOut many = run_model(*m, prompt, 128, 3, &*p, 0, false, 16);
+    ASSERT_EQ(one.logits.size(), many.logits.size());
+    for (size_t s = 0; s < one.logits.size(); ++s) {
+      EXPECT_EQ(max_abs_diff(one.logits[s], many.logits[s]), 0.0f) << positions << " step " << s;
+    }
+    EXPECT_LT(many.stats.selected_fraction(), 0.95) << positions;
   }
 }
 

@@ -100,10 +100,14 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   // Dense attention would read the whole context, evicted tokens included.
   sp.stats.context_tokens += kv_.n_tokens(e.seq);
   const int64_t kv_row_bytes = int64_t{Hkv} * d * 2;
+  const bool compact_now = sp.compact(kv_.n_tokens(e.seq));
 
-  // A chunk reaching into the prompt's last prefill_tail tokens attends densely.
-  const bool dense_tail =
-      n_q > 1 && sp.prompt_tokens >= 0 && in_prefill_tail(P.prefill_tail, n_keys, sp.prompt_tokens);
+  // A chunk reaching into the prompt's last prefill_tail tokens attends densely, unless
+  // selected keys are renumbered (compact positions: positions=auto past the trained context):
+  // a dense chunk keeps original positions, so past the window it would see distances the
+  // model never trained on (niah_single_1 at 16K on SmolLM2 went 3/3 -> 0/16 under auto).
+  const bool dense_tail = n_q > 1 && sp.prompt_tokens >= 0 && !compact_now &&
+                          in_prefill_tail(P.prefill_tail, n_keys, sp.prompt_tokens);
   const bool select_now =
       n_prefix > P.threshold() && (n_q == 1 || (P.prefill == PrefillMode::chunk && !dense_tail));
   const bool ranks = P.scorer == ScorerKind::exact || P.scorer == ScorerKind::sketch ||
@@ -139,6 +143,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   if (P.evicts() && P.decay < 1.0f) {
     for (float& v : L.importance) v *= P.decay;
   }
+  const float theta = compact_now && P.compact_theta > 0.0f ? P.compact_theta : P.theta;
   for (int32_t u = 0; u < n_units; ++u) {
     const int32_t h0 = u * heads_per_unit;  // first query head of the unit
     const int32_t kv0 = h0 / G, kv1 = (h0 + heads_per_unit) / G;
@@ -158,7 +163,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
         for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
       }
       sp.stats.cache_lookups++;
-      if (L.valid[u] && cosine_similarity(fp.data(), L.fingerprint.data() + int64_t{u} * d, d) >= P.theta) {
+      if (L.valid[u] && cosine_similarity(fp.data(), L.fingerprint.data() + int64_t{u} * d, d) >= theta) {
         hit = true;
         sp.stats.cache_hits++;
       }
@@ -323,7 +328,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
 
   // Compact positions: key i of the set takes position i; attention re-rotates each selected
   // K from its stored position while it reads it (KeySet::rot), so nothing is copied here.
-  plan.compact = sp.compact(kv_.n_tokens(e.seq));
+  plan.compact = compact_now;
 }
 
 }  // namespace sieve

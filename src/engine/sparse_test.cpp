@@ -182,6 +182,12 @@ TEST(Sparse, PrefillTailRunsTheLastChunksDensely) {
   for (size_t s = 0; s < 3; ++s) EXPECT_EQ(part.logits[s], chunk.logits[s]) << s;
   EXPECT_GT(max_abs_diff(part.logits[3], chunk.logits[3]), 1e-4f);
   EXPECT_GT(max_abs_diff(part.logits[4], dense.logits[4]), 1e-4f);
+  // Under compact positions (auto past the trained context) every chunk selects: a dense
+  // chunk would keep original positions, distances the model never saw.
+  const RunOut compact = ts({"positions=compact"}), compact_tail = ts({"positions=compact", "prefill_tail=320"});
+  ASSERT_EQ(compact.logits.size(), compact_tail.logits.size());
+  for (size_t s = 0; s < compact.logits.size(); ++s) EXPECT_EQ(compact.logits[s], compact_tail.logits[s]) << s;
+  EXPECT_GT(max_abs_diff(compact_tail.logits[4], dense.logits[4]), 1e-4f);
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"prefill_tail=-1"}).ok());
 }
 
@@ -202,6 +208,15 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
   EXPECT_EQ(b.stats.cache_lookups, a.stats.cache_lookups);
   EXPECT_EQ(b.stats.cache_hits, 0);
   EXPECT_LT(a.stats.selections, b.stats.selections);
+  // compact_theta replaces theta while compact positions are in effect, and only then.
+  auto compact = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
+                                                                     "compact_theta=1", "positions=compact"});
+  auto original = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
+                                                                      "compact_theta=1", "positions=original"});
+  ASSERT_TRUE(compact.ok() && original.ok());
+  EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*compact).stats.cache_hits, 0);
+  EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*original).stats.cache_hits, a.stats.cache_hits);
+  EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"compact_theta=-0.5"}).ok());
 }
 
 TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {

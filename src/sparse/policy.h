@@ -78,6 +78,9 @@ struct PolicyConfig {
   int32_t pool_kernel = 0;  // max-pool smoothing width over neighbouring scores (0/1 = off)
   bool raw_logits = false;  // score softmax without the model's 1/sqrt(d) scale (public code)
   float theta = 0.9f;       // selection cache: reuse while cos(fingerprint) >= theta
+  // The threshold while compact positions are in effect (0: theta). Past the trained window a
+  // stale selection truncates copied numbers (auto: 0.9 there, 0.7 inside the window).
+  float compact_theta = 0.0f;
   bool selection_cache = true;
   int32_t sketch_dim = 0;   // 0: head_dim / 8
   bool sketch_shared = true;  // one projection for all heads, else one per KV head
@@ -162,7 +165,8 @@ bool is_auto(const PolicyConfig& p);
 int64_t auto_min_prompt();
 PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens);
 // prefill_tail: whether a prefill chunk ending at token chunk_end (exclusive) of a prompt of
-// prompt_tokens reaches into its last `tail` tokens and so attends densely (the CPU and GPU rule).
+// prompt_tokens reaches into its last `tail` tokens and so attends densely (the CPU and GPU rule;
+// the CPU skips it while compact positions are in effect, which the GPU refuses).
 inline bool in_prefill_tail(int32_t tail, int64_t chunk_end, int64_t prompt_tokens) {
   return tail > 0 && chunk_end > prompt_tokens - tail;
 }

@@ -232,7 +232,7 @@ TEST(Policy, AutoResolvesByPromptLength) {
   EXPECT_EQ(r.prefill_tail, 1024);
   EXPECT_TRUE(r.from_auto);
   EXPECT_FLOAT_EQ(r.theta, 0.7f);  // reuses selections more often than the paper's 0.9
-  EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024 theta=0.7");
+  EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024 theta=0.7 compact_theta=0.9");
   EXPECT_FLOAT_EQ(make_policy("tokenselect")->theta, 0.9f);
   EXPECT_EQ(make_policy("tokenselect")->prefill, PrefillMode::chunk);
   EXPECT_EQ(make_policy("tokenselect")->prefill_tail, 0);

@@ -15,15 +15,4 @@ run 4-7 ts16-b --tasks niah_single_1,niah_single_2 --ctx 16K -n 2 --policy token
 run 8-11 ts32 --tasks passkey,niah_single_1 --ctx 32K -n 1 --policy tokenselect &
 run 12-15 dense16 --tasks passkey,niah_single_1 --ctx 16K -n 2 --policy dense &
 wait
-python3 - "$OUT" <<'PY'
-import collections, glob, json, os, sys
-acc = collections.defaultdict(list)
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*", "samples.jsonl"))):
-    for line in open(f):
-        d = json.loads(line)
-        acc[(d["policy"], d["ctx"], d["task"])].append(d["score"])
-        print(d["id"], d["policy"], d["score"], repr(d["output"][:40]), "prefill_ms", round(d["prefill_ms"]))
-print("| policy | ctx | task | n | accuracy |\n|---|---|---|---|---|")
-for (p, c, t), s in sorted(acc.items()):
-    print(f"| {p} | {c} | {t} | {len(s)} | {100 * sum(s) / len(s):.1f} |")
-PY
+python3 "$(dirname "$0")/samples_table.py" "$OUT" policy,ctx,task --samples

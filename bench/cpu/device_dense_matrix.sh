@@ -18,14 +18,4 @@ run 4-7 smol8k-b -m "$SMOL" --tasks $REST --ctx 8K -n 2 &
 run 8-11 gemma-lo -m "$GEMMA" --tasks $T6 --ctx 4K,8K,16K -n 1 &
 run 12-15 gemma-32k -m "$GEMMA" --tasks passkey,niah_single_2,niah_multikey_1,vt,kv_retrieval,niah_single_1 --ctx 32K -n 1 &
 wait
-python3 - "$OUT" <<'PY'
-import collections, glob, json, os, sys
-acc = collections.defaultdict(list)
-for f in glob.glob(os.path.join(sys.argv[1], "*", "samples.jsonl")):
-    for line in open(f):
-        d = json.loads(line)
-        acc[(os.path.basename(d["model"]), d["ctx"], d["task"])].append(d["score"])
-print("| model | ctx | task | n | accuracy |\n|---|---|---|---|---|")
-for (m, c, t), s in sorted(acc.items()):
-    print(f"| {m} | {c} | {t} | {len(s)} | {100 * sum(s) / len(s):.1f} |")
-PY
+python3 "$(dirname "$0")/samples_table.py" "$OUT" model,ctx,task

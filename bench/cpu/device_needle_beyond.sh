@@ -24,15 +24,4 @@ for job in "${jobs[@]}"; do
   core=$((core + T))
 done
 wait
-python3 - "$OUT" <<'PY'
-import collections, glob, json, os, sys
-acc = collections.defaultdict(list)
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*", "samples.jsonl"))):
-    for line in open(f):
-        d = json.loads(line)
-        acc[(d["policy_ran"], d["ctx"], d["task"])].append(d["score"])
-        print(d["id"], d["policy_ran"], d["score"], d["answers"], repr(d["output"][:40]), "prefill_ms", round(d["prefill_ms"]))
-print("| policy ran | ctx | task | n | accuracy |\n|---|---|---|---|---|")
-for (p, c, t), s in sorted(acc.items()):
-    print(f"| {p} | {c} | {t} | {len(s)} | {100 * sum(s) / len(s):.1f} |")
-PY
+python3 "$(dirname "$0")/samples_table.py" "$OUT" policy_ran,ctx,task --samples

@@ -2,7 +2,8 @@
 # TokenSelect decode speed against the Selection Cache threshold theta, at 16K and 32K on a
 # 16-core machine in one device call: dense and tokenselect at theta 0.9 (the paper's
 # default), 0.7 and 0.5, side by side (dense rows prefilled by tokenselect: dense decode reads
-# every key whatever they hold). Attention ms/token includes the planning. Writes OUT/theta.json and prints the per-row summary.
+# every key whatever they hold). Attention ms/token includes the planning. Writes
+# OUT/theta.json and prints the per-row summary.
 #   [LENGTHS=16384,32768] [POLICIES=dense,...] bench/cpu/device_theta.sh SIEVE SMOLLM2.gguf OUT [THREADS]
 set -u
 SIEVE=$1 SMOL=$2 OUT=$3 T=${4:-16}

@@ -184,6 +184,8 @@ int run(BenchOptions o) {
         pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
         dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());
       }
+      // Per decoded token, the last repetition's: planning, and attention with its planning.
+      const double select_ms = decode_select_ns / 1e6 / o.n_decode, attn_ms = decode_attn_ns / 1e6 / o.n_decode;
       nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf)}, {"ttft_ms", 1000.0 * len / median(pf)},
                           {"decode_tok_s", median(dc)}, {"n_decode", o.n_decode},
                           {"policy", resolved.describe()}, {"kv_bytes", kv_bytes},
@@ -192,8 +194,8 @@ int run(BenchOptions o) {
                           {"selected_fraction", last.selected_fraction()},
                           {"mean_selected_tokens", last.mean_selected()},
                           {"selection_cache_hit_rate", last.hit_rate()},
-                          {"decode_select_ms_per_token", decode_select_ns / 1e6 / o.n_decode},
-                          {"decode_attention_ms_per_token", decode_attn_ns / 1e6 / o.n_decode},
+                          {"decode_select_ms_per_token", select_ms},
+                          {"decode_attention_ms_per_token", attn_ms},
                           {"tokens_evicted", last.tokens_evicted},
                           {"prefill_row_fraction", last.prefill_row_fraction()},
                           {"prefill_tokens_dropped", last.prefill_dropped}};
@@ -201,8 +203,7 @@ int run(BenchOptions o) {
                "attention, {:.2f} of it planning sparse attention), read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, "
                "KV {:.1f} MiB",
                nt, len, resolved.describe(), median(pf), 1000.0 * len / median(pf), median(dc),
-               decode_attn_ns / 1e6 / o.n_decode, decode_select_ns / 1e6 / o.n_decode, 100 * last.selected_fraction(),
-               100 * last.hit_rate(),
+               attn_ms, select_ms, 100 * last.selected_fraction(), 100 * last.hit_rate(),
                100 * last.prefill_row_fraction(), kv_bytes / 1048576.0);
       results.push_back(r);
     }

@@ -128,15 +128,30 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   const int32_t heads_per_unit = H / n_units;
   const float scale = P.raw_logits ? 1.0f : hp.attn_scale;
 
-  // Fingerprint query per head: the chunk's mean query (decode: the query).
+  // Pre-RoPE scoring (score_positions=none, or auto under compact positions): the query and
+  // every ranked key are turned to position 0, so scores carry no RoPE distance - past the
+  // trained window the distances to far keys are ones the model never saw.
+  const bool unrotated = P.scorer == ScorerKind::exact &&
+                         (P.score_positions == ScorePositions::none ||
+                          (P.score_positions == ScorePositions::auto_ && compact_now));
+  // Fingerprint query per head: the chunk's mean query (decode: the query), each query turned
+  // to position 0 first when scoring pre-RoPE.
   const int64_t off = entry_offset_[ei];
   const int64_t qd = hp.q_dim();
   sc_q_.assign(static_cast<size_t>(qd), 0.0f);
+  std::vector<float> q_row(unrotated ? qd : 0);
   for (int32_t t = 0; t < n_q; ++t) {
     const float* q = q_.data() + (off + t) * qd;
+    if (unrotated) {
+      std::copy(q, q + qd, q_row.begin());
+      const int32_t back = -pos_[off + t];
+      rope(q_row.data(), &back, 1, H, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+      q = q_row.data();
+    }
     for (int64_t c = 0; c < qd; ++c) sc_q_[c] += q[c];
   }
   for (float& v : sc_q_) v /= static_cast<float>(n_q);
+  const RopeRotator* to_zero = unrotated ? &rotator(il, int64_t{pos_[off + n_q - 1]} + 1) : nullptr;
 
   plan.keys.assign(Hkv, {});
   std::vector<int32_t> picked_abs;
@@ -155,9 +170,10 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     std::vector<float> fp;
     if (use_cache) {
       std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d, sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
-      const int32_t back = -pos_[off];
-      std::vector<int32_t> backs(1, back);
-      rope(q0.data(), backs.data(), 1, heads_per_unit, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+      if (!unrotated) {  // (pre-RoPE scoring turned it already)
+        const int32_t back = -pos_[off];
+        rope(q0.data(), &back, 1, heads_per_unit, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+      }
       fp.assign(d, 0.0f);
       for (int32_t h = 0; h < heads_per_unit; ++h) {
         for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
@@ -247,7 +263,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
           for (int32_t hk = kv0; hk < kv1; ++hk) {
             const int32_t r0 = hk * G - h0;  // unit row of the KV head's first query head
             key_scores(sc_q_.data() + int64_t{hk} * G * d, G, d, scale, views[hk],
-                       KeySet{nullptr, 0, static_cast<int32_t>(c0 + a), static_cast<int32_t>(c0 + z)},
+                       KeySet{nullptr, 0, static_cast<int32_t>(c0 + a), static_cast<int32_t>(c0 + z), to_zero, 0, true},
                        sc_logits_.data() + int64_t{r0} * n + a, n);
           }
         } else {

@@ -221,6 +221,31 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"compact_theta=-0.5"}).ok());
 }
 
+// score_positions: `none` ranks keys by pre-RoPE dot products (the query and every key turned
+// to position 0; KeyScores.FixedPositionZeroEqualsPreRopeDots checks the scores), which picks
+// other tokens than the RoPE-distance scores of `original`; `auto` is `none` exactly while
+// compact positions are in effect and `original` otherwise (bitwise equal logits).
+TEST(Sparse, ScorePositionsAutoIsPreRopeUnderCompactPositions) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
+  auto ts = [&](const char* positions, const char* scores) {
+    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
+                                                                 std::string("positions=") + positions,
+                                                                 std::string("score_positions=") + scores});
+    EXPECT_TRUE(p.ok()) << p.message();
+    return run_model(*m, prompt, 64, 3, &*p).logits;
+  };
+  const auto orig = ts("original", "original"), none = ts("original", "none"), orig_auto = ts("original", "auto");
+  const auto c_orig = ts("compact", "original"), c_none = ts("compact", "none"), c_auto = ts("compact", "auto");
+  EXPECT_EQ(orig_auto, orig);
+  EXPECT_EQ(c_auto, c_none);
+  EXPECT_GT(max_abs_diff(none.back(), orig.back()), 1e-4f);
+  EXPECT_GT(max_abs_diff(c_none.back(), c_orig.back()), 1e-4f);
+  EXPECT_EQ(make_policy("tokenselect")->score_positions, ScorePositions::auto_);
+  EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"score_positions=rope"}).ok());
+}
+
 TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";

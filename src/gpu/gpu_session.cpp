@@ -80,7 +80,8 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& chosen) {
         p.preset);
   }
   if (p.aggregation != AggregationKind::soft_vote || p.top_p > 0 || p.block != 1 || p.pool_kernel > 1 ||
-      p.raw_logits || p.positions == PositionMode::compact || p.evicts() || p.drops_prefill() ||
+      p.raw_logits || p.positions == PositionMode::compact ||
+      p.score_positions == ScorePositions::none || p.evicts() || p.drops_prefill() ||
       p.min_context > 0 || p.top_k <= 0) {
     return make_error(
         "tokenselect on the CUDA backend runs the soft vote with a top_k budget, token blocks "

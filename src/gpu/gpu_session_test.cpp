@@ -327,11 +327,16 @@ TEST(GpuPolicy, AutoPrefillsDenselyOnTheGpuBelow64K) {
   EXPECT_EQ(gp->chunk_from, 65536);
   EXPECT_TRUE(gp->selection_cache);
   EXPECT_FLOAT_EQ(gp->theta, 0.7f);
-  EXPECT_EQ(gp->name, "tokenselect prefill_tail=1024 theta=0.7 compact_theta=0.9 (dense prefill below 65536 prompt tokens)");
+  EXPECT_EQ(gp->name, "tokenselect prefill_tail=1024 theta=0.7 (dense prefill below 65536 prompt tokens)");
   auto ts = gpu_policy_from(*make_policy("tokenselect", std::vector<std::string>{"prefill_tail=1024"}));
   ASSERT_TRUE(ts.ok());
   EXPECT_TRUE(ts->chunk_prefill);
   EXPECT_EQ(ts->prefill_tail, 1024);
+  // Pre-RoPE scores are a CPU feature: asked for outright they are refused with the way out
+  // (auto's score_positions=auto only acts under compact positions, which the GPU refuses).
+  auto pre = gpu_policy_from(*make_policy("tokenselect", std::vector<std::string>{"score_positions=none"}));
+  ASSERT_FALSE(pre.ok());
+  EXPECT_NE(pre.message().find("--backend cpu"), std::string::npos) << pre.message();
 }
 
 TEST(GpuSession, BadInputIsAnError) {

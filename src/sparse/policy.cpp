@@ -37,6 +37,9 @@ constexpr EnumName<MemoryKind> k_memories[] = {
     {MemoryKind::keep, "keep"}, {MemoryKind::evict_h2o, "h2o"}, {MemoryKind::evict_stca, "stca"}};
 constexpr EnumName<PositionMode> k_positions[] = {
     {PositionMode::auto_, "auto"}, {PositionMode::original, "original"}, {PositionMode::compact, "compact"}};
+constexpr EnumName<ScorePositions> k_score_positions[] = {{ScorePositions::auto_, "auto"},
+                                                          {ScorePositions::original, "original"},
+                                                          {ScorePositions::none, "none"}};
 constexpr EnumName<PrefillMode> k_prefills[] = {
     {PrefillMode::dense, "dense"}, {PrefillMode::chunk, "chunk"}, {PrefillMode::uniprefill, "uniprefill"}};
 
@@ -170,6 +173,9 @@ const std::vector<Knob>& knobs() {
       {{"positions", "auto (compact beyond the trained context), original, compact"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_positions, k, v, p.positions); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_positions, p.positions)); }},
+      {{"score_positions", "exact scorer's positions: original (RoPE distances), none (pre-RoPE, as TokenSelect's code), auto (none under compact positions)"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_score_positions, k, v, p.score_positions); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_score_positions, p.score_positions)); }},
       {{"prefill", "prefill: dense, chunk (one selection per chunk's mean query), uniprefill (token dropping)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_prefills, k, v, p.prefill); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_prefills, p.prefill)); }},
@@ -378,16 +384,19 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     // 16 CPU threads decode goes from 0.84-0.97x / 1.15-1.20x of dense to 2.08x / 2.71x at 16K / 32K, and
     // the six-task suite moves -0.7..+0.2 points on SmolLM2 (4K, 8K; n = 20) and -0.9 / -2.1
     // on Gemma 3 (16K, 32K; n = 10) against theta 0.9 (bench/RESULTS.md, "auto's theta").
-    // Past the trained window (compact positions) it keeps 0.9: there a stale selection cuts
-    // copied numbers short (SmolLM2, niah_single_1 at 16K: 12/16 at 0.7, 15/16 at 0.9;
-    // "Retrieval beyond the trained window"), and the tail runs selecting too.
+    // Past the trained window (compact positions) the tail runs selecting too, and selection
+    // scores are pre-RoPE (score_positions=auto, as TokenSelect's public code always scores):
+    // scored at their original positions, far keys sit at distances the model never trained
+    // on, and SmolLM2's niah_single_1 fell to 1/4 at 32K (theta 0.9) and 12/16 at 16K (theta
+    // 0.7); pre-RoPE, 12/12 at 32K and 16/16 at 16K with theta 0.7 ("Retrieval beyond the
+    // trained window", "Pre-RoPE selection scores").
     p.prefill = PrefillMode::chunk;
     if (preset == "auto") {
       p.prefill_tail = 1024;
       p.theta = 0.7f;
-      p.compact_theta = 0.9f;
     }
     p.positions = PositionMode::auto_;
+    p.score_positions = ScorePositions::auto_;
   } else if (preset == "sketch") {
     p.scorer = ScorerKind::sketch;
     p.prefill = PrefillMode::chunk;

@@ -48,6 +48,12 @@ enum class PositionMode : uint8_t {
   original,  // selected tokens keep their original positions
   compact,   // selected tokens renumbered 0..|S|-1 (length extrapolation)
 };
+// Where the exact scorer places the query and the keys it ranks.
+enum class ScorePositions : uint8_t {
+  auto_,     // none while compact positions are in effect, else original
+  original,  // each key at its stored position, the query at its own (attention's RoPE distances)
+  none,      // query and keys both at position 0: pre-RoPE dot products (TokenSelect's public code)
+};
 enum class PrefillMode : uint8_t {
   dense,  // prefill chunks attend to everything kept
   chunk,  // one selection per chunk from the chunk's mean query (TokenSelect)
@@ -61,6 +67,7 @@ struct PolicyConfig {
   VoteScope scope = VoteScope::layer;
   MemoryKind memory = MemoryKind::keep;
   PositionMode positions = PositionMode::original;
+  ScorePositions score_positions = ScorePositions::original;
   PrefillMode prefill = PrefillMode::dense;
   // prefill=chunk: chunks that reach into the prompt's last prefill_tail tokens prefill densely
   // (0: every chunk selects, as the paper). The question of a long-context prompt sits there.

@@ -232,7 +232,10 @@ TEST(Policy, AutoResolvesByPromptLength) {
   EXPECT_EQ(r.prefill_tail, 1024);
   EXPECT_TRUE(r.from_auto);
   EXPECT_FLOAT_EQ(r.theta, 0.7f);  // reuses selections more often than the paper's 0.9
-  EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024 theta=0.7 compact_theta=0.9");
+  EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024 theta=0.7");
+  // Past the trained window it scores pre-RoPE and keeps theta (RESULTS.md, "Pre-RoPE selection scores").
+  EXPECT_EQ(r.score_positions, ScorePositions::auto_);
+  EXPECT_FLOAT_EQ(r.compact_theta, 0.0f);
   EXPECT_FLOAT_EQ(make_policy("tokenselect")->theta, 0.9f);
   EXPECT_EQ(make_policy("tokenselect")->prefill, PrefillMode::chunk);
   EXPECT_EQ(make_policy("tokenselect")->prefill_tail, 0);

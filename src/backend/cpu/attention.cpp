@@ -246,8 +246,9 @@ struct TileGather {
   // positions (pos_base + c - stored position) and the position the attention sees.
   void note_key(int32_t c, int t, int32_t page, int32_t off, int64_t* offs, int32_t* kpos) const {
     const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
-    offs[t] = int64_t{keys.pos_base} + c - stored;
-    if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : stored;
+    const int32_t target = keys.pos_base + (keys.fixed ? 0 : c);
+    offs[t] = int64_t{target} - stored;
+    if (kpos) kpos[t] = keys.rot ? target : stored;
   }
   // Compact positions: every key of the tile is re-rotated by (pos_base + c - stored). A run of
   // keys with one offset (consecutive tokens: the window, the sinks, a dense stretch of picks)

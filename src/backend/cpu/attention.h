@@ -49,6 +49,9 @@ class RopeRotator;
 // re-rotated to that position while the tile is gathered - no copy of the selected K/V is made.
 // A tile whose keys all need the same rotation (consecutive tokens: the window, a dense run of
 // picks) is read as stored and the query is turned the other way instead.
+// With `fixed`, every key takes position pos_base instead (selection scores free of RoPE
+// distances: pos_base 0 and a query at position 0 give the pre-RoPE dot products TokenSelect's
+// public code ranks by).
 // The rotator must have reserved every offset (RopeRotator::reserve).
 struct KeySet {
   const int32_t* idx = nullptr;
@@ -57,6 +60,7 @@ struct KeySet {
   int32_t end = 0;
   const RopeRotator* rot = nullptr;
   int32_t pos_base = 0;
+  bool fixed = false;
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`

@@ -333,5 +333,38 @@ TEST(Attend, CompactWindowTilesTurnTheQuery) {
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 
+// Pre-RoPE selection scores (KeySet::fixed, pos_base 0): every key, stored rotated at its own
+// position, is turned back to position 0, so q . k equals the dot product of the unrotated
+// vectors whatever the key's position - here positions 5..~40K, past any trained window.
+TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
+  std::mt19937 rng(31);
+  const int d = 64, n = 1000, G = 3;
+  PagedHead h(d, 16, n, rng, 37, 5);  // token j at position 5 + 37 j
+  RopeRotator rot(d, d, 10000.0f, RopeMode::neox);
+  rot.reserve(5 + 37 * n + 1);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(G) * d);
+  for (auto& x : q) x = nd(rng);
+  std::vector<float> s(static_cast<size_t>(G) * n);
+  key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, &rot, 0, true}, s.data(), n);
+  std::vector<float> k(d);
+  for (int j = 0; j < n; ++j) {
+    f16_to_f32_row(h.view().k_row(j), k.data(), d);
+    const int32_t back = -h.pos[j];
+    rope(k.data(), &back, 1, 1, d, d, 10000.0f, RopeMode::neox);  // the key before RoPE
+    for (int g = 0; g < G; ++g) {
+      double ref = 0;
+      for (int x = 0; x < d; ++x) ref += double{q[g * d + x]} * k[x];
+      ASSERT_NEAR(s[int64_t{g} * n + j], 0.5 * ref, 2e-3) << j << " " << g;
+    }
+  }
+  // Without the rotator the stored (rotated) keys are scored as they are.
+  key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, nullptr, 0, true}, s.data(), n);
+  f16_to_f32_row(h.view().k_row(n - 1), k.data(), d);
+  double raw = 0;
+  for (int x = 0; x < d; ++x) raw += double{q[x]} * k[x];
+  EXPECT_NEAR(s[n - 1], 0.5 * raw, 1e-3);
+}
+
 }  // namespace
 }  // namespace sieve

@@ -75,6 +75,32 @@ void BM_attend_sparse(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(n_sel), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Selection scores of G query rows against n keys of one KV head (the KV store's layout: 3 KV
+// heads per token row, pages of 16), as a TokenSelect miss scores them; pre_rope turns every
+// key back to position 0 first (score_positions=none). Args: {n_keys, pre_rope}.
+void BM_key_scores(benchmark::State& state) {
+  const int d = 64, G = 3;
+  const int n = static_cast<int>(state.range(0));
+  const bool pre_rope = state.range(1) != 0;
+  std::mt19937 rng(7);
+  PagedHead h(d, 16, n, rng, 1, 0, 3);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(G) * d), s(static_cast<size_t>(G) * n);
+  for (auto& x : q) x = nd(rng);
+  RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
+  rot.reserve(n + 1);
+  const KeySet ks{nullptr, 0, 0, n, pre_rope ? &rot : nullptr, 0, true};
+  const KvHeadView kv = h.view();
+  for (auto _ : state) {
+    key_scores(q.data(), G, d, 0.125f, kv, ks, s.data(), n);
+    benchmark::DoNotOptimize(s.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["keys/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_key_scores)->Args({32768, 0})->Args({32768, 1})->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_attend_sparse)
     ->Args({32768, 2048, 0})
     ->Args({32768, 2048, 1})

@@ -243,7 +243,8 @@ struct TileGather {
     }
   }
   // The c-th key of the set (slot t of the tile, at page/off): its rotation offset for compact
-  // positions (pos_base + c - stored position) and the position the attention sees.
+  // positions (pos_base + c - stored position; with `fixed`, pos_base - stored position) and
+  // the position the attention sees.
   void note_key(int32_t c, int t, int32_t page, int32_t off, int64_t* offs, int32_t* kpos) const {
     const int32_t stored = kv.pos_pages ? kv.pos_pages[page][off] : key(c);
     const int32_t target = keys.pos_base + (keys.fixed ? 0 : c);

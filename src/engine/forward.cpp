@@ -203,6 +203,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     plan.active = false;
     plan.compact = false;
     plan.rt = false;
+    plan.n_kept.clear();
     if (batch[i].sparse && window == 0 && batch[i].sparse->head_plan()) {
       // RTPurbo: the group's local heads read sinks + window, its retrieval heads every key
       // (prefill) or their decode key set; no key split (the sets are small or the step short).
@@ -253,7 +254,15 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       const bool list = plan.active;
       const int32_t n_keys = plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
       auto key_range = [&](int32_t k0, int32_t k1) {
-        return list ? KeySet{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0} : KeySet{nullptr, 0, k0, k1};
+        if (!list) return KeySet{nullptr, 0, k0, k1};
+        KeySet ks{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0};
+        const int32_t kept = h < static_cast<int>(plan.n_kept.size()) ? plan.n_kept[h] : 0;
+        if (kept > k0) {
+          ks.kept_k = plan.kept_k[h] + int64_t{k0} * hp.head_dim;
+          ks.kept_v = plan.kept_v[h] + int64_t{k0} * hp.head_dim;
+          ks.n_kept = std::min(kept, k1) - k0;
+        }
+        return ks;
       };
       if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
         // One task per attention segment: the merge order is attend()'s own, so a decode row

@@ -356,7 +356,8 @@ bool Scheduler::step() {
         continue;
       }
     }
-    r.kv_bytes = kv_.seq_bytes(r.seq);
+    // KV held: the store's pages plus a reused selection's kept rows (keep_rows).
+    r.kv_bytes = kv_.seq_bytes(r.seq) + (r.sparse ? r.sparse->kept_bytes() : 0);
     (void)kv_.publish(r.seq);
     if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size())) continue;  // more prompt
     if (r.cancelled) continue;  // reaped next step

@@ -26,7 +26,16 @@ void SparseSeq::reset() {
     L.picked.assign(n_units_, {});
     L.picked_end.assign(n_units_, 0);
     L.valid.assign(n_units_, 0);
+    L.generation.assign(n_units_, 0);
   }
+}
+
+int64_t SparseSeq::kept_bytes() const {
+  int64_t b = 0;
+  for (const SparseLayerState& L : layers_) {
+    for (const auto& r : L.kept) b += static_cast<int64_t>(r.k.capacity() + r.v.capacity()) * 2;
+  }
+  return b;
 }
 
 bool SparseSeq::compact(int32_t n_tokens) const {
@@ -41,6 +50,7 @@ bool SparseSeq::compact(int32_t n_tokens) const {
 void SparseSeq::invalidate_cache(int32_t il) {
   SparseLayerState& L = layers_[il];
   std::fill(L.valid.begin(), L.valid.end(), 0);
+  for (auto& r : L.kept) r.valid = false;
   L.n_blocks = 0;
   L.bmin.clear();
   L.bmax.clear();

@@ -22,6 +22,18 @@ struct SparseLayerState {
   std::vector<std::vector<int32_t>> picked;   // [n_units] stream indices of the cached top set
   std::vector<int32_t> picked_end;            // [n_units] end of the range the set was picked from
   std::vector<char> valid;                    // [n_units]
+  std::vector<uint32_t> generation;           // [n_units] bumped each time picked[u] is replaced
+  // keep_rows: per KV head, f16 copies of the K and V rows of the first n keys of the unit's
+  // cached key set (sinks + picks), K rotated to its attention position when `compact`; made
+  // for the selection of `generation` and read while that selection is reused.
+  struct KeptRows {
+    std::vector<uint16_t> k, v;
+    int32_t n = 0;
+    uint32_t generation = 0;
+    bool compact = false;
+    bool valid = false;
+  };
+  std::vector<KeptRows> kept;                 // [n_kv_head]
   std::vector<float> importance;              // [stream tokens] eviction policies
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
   std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
@@ -43,6 +55,8 @@ class SparseSeq {
   const HeadPlan* head_plan() const { return plan_ok_ ? policy_.plan.get() : nullptr; }
   SparseLayerState& layer(int32_t il) { return layers_[il]; }
   void invalidate_cache(int32_t il);
+  // Bytes of the kept K/V rows held (keep_rows), over every layer.
+  int64_t kept_bytes() const;
 
   SparseStats stats;
   // Tokens of the prompt being prefilled (prefill_tail: which chunks run dense); -1: unknown,

@@ -14,6 +14,7 @@
 #include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/kv_binding.h"
+#include "engine/sampler.h"
 #include "engine/sparse_seq.h"
 #include "engine/engine_test_util.h"
 #include "gguf/test_models.h"
@@ -29,6 +30,7 @@ std::vector<int32_t> long_prompt(const Model& m, int n_tokens) { return test_lon
 struct RunOut {
   std::vector<std::vector<float>> logits;  // per step
   SparseStats stats;
+  int64_t kept_bytes = 0;  // keep_rows' copies held at the end
 };
 
 // Prefill in chunks, then greedy decode; the sparse state (when given) rides along.
@@ -90,7 +92,10 @@ RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, 
     toks.push_back(next);
     step(std::span<const int32_t>(&toks.back(), 1));
   }
-  if (sp) r.stats = sp->stats;
+  if (sp) {
+    r.stats = sp->stats;
+    r.kept_bytes = sp->kept_bytes();
+  }
   return r;
 }
 
@@ -219,6 +224,53 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
   EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*compact).stats.cache_hits, 0);
   EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*original).stats.cache_hits, a.stats.cache_hits);
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"compact_theta=-0.5"}).ok());
+}
+
+// keep_rows: a reused selection's sinks and picks are read from a copy made at its first
+// reuse. Under original positions the copy is exact, so the logits equal gathering the rows
+// every step bit for bit, across misses that replace the selection (a stale copy would show).
+// Under compact positions K is rounded to f16 after its re-rotation (as the cache rounded it
+// at its own position), so they stay close; there every step reuses (theta -1), since a
+// rounding can move a cosine across theta and the two runs would then select differently.
+TEST(Sparse, KeptRowsEqualGatheringTheRows) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
+  const int n_dec = short_mode() ? 6 : 10;
+  for (const char* positions : {"original", "compact"}) {
+    auto run = [&](bool keep) {
+      const bool original = std::string(positions) == "original";
+      auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
+                                                                   original ? "theta=0.9" : "theta=-1",
+                                                                   std::string("positions=") + positions,
+                                                                   std::string("keep_rows=") + (keep ? "true" : "false")});
+      EXPECT_TRUE(p.ok()) << p.message();
+      return run_model(*m, prompt, 64, n_dec, &*p);
+    };
+    const RunOut kept = run(true), gathered = run(false);
+    ASSERT_GT(kept.stats.cache_hits, 0) << positions;
+    EXPECT_EQ(kept.stats.cache_hits, gathered.stats.cache_hits) << positions;
+    if (std::string(positions) == "original") {
+      // Both reuses and replaced selections happened during decode.
+      ASSERT_LT(kept.stats.cache_hits, kept.stats.cache_lookups - m->hp.n_layer);
+      EXPECT_EQ(kept.logits, gathered.logits);
+    } else {
+      // The rounding moves these repetitive prompts' logits by up to ~0.5 (of ~25) on the
+      // first reuses; the greedy tokens diverge a few steps later. A wrong rotation or a stale
+      // row moves them by far more (the exact equivalence: Attend.KeptRowsEqualTheGather).
+      const size_t first_reuse = (prompt.size() + 63) / 64 + 1;
+      for (size_t i = 0; i < first_reuse; ++i) EXPECT_EQ(kept.logits[i], gathered.logits[i]) << "step " << i;
+      for (size_t i = first_reuse; i < first_reuse + 2; ++i) {
+        EXPECT_LT(max_abs_diff(kept.logits[i], gathered.logits[i]), 1.0f) << "step " << i;
+        EXPECT_EQ(argmax(kept.logits[i]), argmax(gathered.logits[i])) << "step " << i;
+      }
+    }
+    // The copy holds at most sinks + top_k K and V rows per layer and KV head.
+    EXPECT_GT(kept.kept_bytes, 0) << positions;
+    EXPECT_LE(kept.kept_bytes, int64_t{m->hp.n_layer} * m->hp.n_head_kv * (8 + 48) * m->hp.head_dim * 2 * 2);
+    EXPECT_EQ(gathered.kept_bytes, 0) << positions;
+  }
+  EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"keep_rows=maybe"}).ok());
 }
 
 // score_positions: `none` ranks keys by pre-RoPE dot products (the query and every key turned

@@ -89,6 +89,9 @@ struct PolicyConfig {
   // stale selection truncates copied numbers (auto: 0.9 there, 0.7 inside the window).
   float compact_theta = 0.0f;
   bool selection_cache = true;
+  // While a selection is reused, keep a contiguous f16 copy of its sinks' and picks' K/V rows
+  // (K already at its attention position) instead of gathering and re-rotating them each step.
+  bool keep_rows = true;
   int32_t sketch_dim = 0;   // 0: head_dim / 8
   bool sketch_shared = true;  // one projection for all heads, else one per KV head
   uint64_t seed = 0x51E7E;  // projection seed

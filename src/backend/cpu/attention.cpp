@@ -271,6 +271,12 @@ struct TileGather {
       t = e;
     }
   }
+  // A kept row (c < keys.n_kept): read in place order from the contiguous copy, already at its
+  // attention position (offset 0).
+  void note_kept(int32_t c, int t, int64_t* offs, int32_t* kpos) const {
+    offs[t] = 0;
+    if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : kv.position(key(c));
+  }
   void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* uniform = nullptr) const {
     int64_t offs[kTile];
 #if defined(__x86_64__)
@@ -280,6 +286,13 @@ struct TileGather {
     }
 #endif
     for (int t = 0; t < n; ++t) {
+      if (c0 + t < keys.n_kept) {
+        const int64_t row = int64_t{c0 + t} * d;
+        f16_to_f32_row(keys.kept_k + row, kt + t * d, d);
+        if (vt) f16_to_f32_row(keys.kept_v + row, vt + t * d, d);
+        note_kept(c0 + t, t, offs, kpos);
+        continue;
+      }
       int32_t page, off;
       locate(c0 + t, page, off);
       const int64_t row = off * kv.row_stride;
@@ -292,9 +305,26 @@ struct TileGather {
 #if defined(__x86_64__)
   SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
     const int32_t c_end = std::min(n_keys, c0 + n + kTile);
-    for (int t = 0; t < n; ++t) {
+    int t = 0;
+    for (; t < n && c0 + t < keys.n_kept; ++t) {  // kept rows: contiguous, prefetched by the hardware
       const int32_t c = c0 + t;
-      if (c + kTile < c_end) {  // the same slot of the next tile
+      const uint16_t* kr = keys.kept_k + int64_t{c} * d;
+      float* kd = kt + t * d;
+      for (int i = 0; i < d; i += 8) {
+        _mm256_storeu_ps(kd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + i))));
+      }
+      if (vt) {
+        const uint16_t* vr = keys.kept_v + int64_t{c} * d;
+        float* vd = vt + t * d;
+        for (int i = 0; i < d; i += 8) {
+          _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
+        }
+      }
+      note_kept(c, t, offs, kpos);
+    }
+    for (; t < n; ++t) {
+      const int32_t c = c0 + t;
+      if (c + kTile < c_end && c + kTile >= keys.n_kept) {  // the same slot of the next tile
         int32_t pp, po;
         locate(c + kTile, pp, po);
         const int64_t prow = po * kv.row_stride;
@@ -449,6 +479,21 @@ void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, s
   int32_t b = std::min(last, (start / kAttnSegment + 1) * kAttnSegment);
   out.push_back(KeySet{nullptr, 0, 0, b});
   for (; b < last; b += kAttnSegment) out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
+}
+
+void copy_key_rows(const KvHeadView& kv, const KeySet& keys, int32_t head_dim, uint16_t* k_out, uint16_t* v_out) {
+  const int d = head_dim;
+  thread_local std::vector<float> kt, vt;
+  kt.resize(static_cast<size_t>(kTile) * d);
+  vt.resize(kt.size());
+  const TileGather gather(kv, keys, d);
+  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  for (int32_t c0 = 0; c0 < n_keys; c0 += kTile) {
+    const int n = std::min<int32_t>(kTile, n_keys - c0);
+    gather(c0, n, kt.data(), vt.data(), nullptr);
+    f32_to_f16_row(kt.data(), k_out + int64_t{c0} * d, int64_t{n} * d);
+    f32_to_f16_row(vt.data(), v_out + int64_t{c0} * d, int64_t{n} * d);
+  }
 }
 
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,

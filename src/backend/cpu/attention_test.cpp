@@ -242,14 +242,22 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
 
 // The engine's split-K decode over an index list: one part per kAttnSegment keys (pos_base =
 // its first index), merged in order, then normalised.
+// With kept_k / kept_v: the list's first n_kept keys come from those rows (keep_rows).
 std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv, const std::vector<int32_t>& idx,
-                                      const RopeRotator* rot) {
+                                      const RopeRotator* rot, const uint16_t* kept_k = nullptr,
+                                      const uint16_t* kept_v = nullptr, int32_t n_kept = 0) {
   const int d = aq.head_dim;
   const int n_sel = static_cast<int>(idx.size());
   const int64_t rows = int64_t{aq.n_q} * aq.n_group;
   std::vector<float> oa(rows * d), ob(rows * d), ma(rows), la(rows), mb(rows), lb(rows);
   for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
-    const KeySet part{idx.data() + k0, std::min(kAttnSegment, n_sel - k0), 0, 0, rot, k0};
+    const int k1 = std::min(n_sel, k0 + kAttnSegment);
+    KeySet part{idx.data() + k0, k1 - k0, 0, 0, rot, k0};
+    if (n_kept > k0) {
+      part.kept_k = kept_k + int64_t{k0} * d;
+      part.kept_v = kept_v + int64_t{k0} * d;
+      part.n_kept = std::min(n_kept, k1) - k0;
+    }
     if (k0 == 0) {
       attend(aq, kv, part, oa.data(), ma.data(), la.data());
     } else {
@@ -301,6 +309,62 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   ASSERT_GT(n_sel, 2 * kAttnSegment);
   const std::vector<float> oa = attend_in_segments(aq, h.view(), idx, &rot);
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
+}
+
+// Kept rows (KeySet::kept_k, keep_rows): the first n_kept keys of a scattered list read from
+// copy_key_rows()'s contiguous f16 rows. Under original positions the copy is exact and the
+// result equals gathering them bit for bit; under compact positions it equals attending over a
+// copy of every key re-rotated to its compact position and rounded to f16 (the whole list
+// kept), and stays close to the gather. Prefixes end inside a tile, on a tile boundary, past a
+// segment and at the list's end, whole and split into segments.
+TEST(Attend, KeptRowsEqualTheGather) {
+  std::mt19937 rng(17);
+  const int d = 64, n = 3000, G = 3;
+  PagedHead h(d, 16, n, rng, 1, 0, 3);  // positions 0..n-1, three KV heads per row as stored
+  RopeRotator rot(d, d, 10000.0f, RopeMode::norm);
+  rot.reserve(n + 1);
+  std::vector<int32_t> idx;
+  for (int j = 0; j < n - 1; j += 1 + j % 4) idx.push_back(j);
+  idx.push_back(n - 1);
+  const int n_sel = static_cast<int>(idx.size());
+  ASSERT_GT(n_sel, kAttnSegment + 5);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> q(static_cast<size_t>(G) * d);
+  for (auto& x : q) x = nd(rng);
+  for (const RopeRotator* r : std::initializer_list<const RopeRotator*>{nullptr, &rot}) {
+    const int32_t qpos = r ? n_sel - 1 : n - 1;
+    const AttnQuery aq{q.data(), &qpos, 1, G, d, 0.125f};
+    std::vector<uint16_t> kk(static_cast<size_t>(n_sel) * d), kv(kk.size());
+    copy_key_rows(h.view(), KeySet{idx.data(), n_sel, 0, 0, r, 0}, d, kk.data(), kv.data());
+    std::vector<float> want(q.size());
+    attend(aq, h.view(), KeySet{idx.data(), n_sel, 0, 0, r, 0}, want.data());
+    std::vector<float> copy(q.size());
+    if (r) {  // the whole list re-rotated and rounded, as pages of a store
+      PagedHead c(d, 16, n_sel, rng, 1, 0);
+      for (int i = 0; i < n_sel; ++i) {
+        std::copy(kk.begin() + int64_t{i} * d, kk.begin() + int64_t{i + 1} * d, c.kp[i / 16].begin() + (i % 16) * d);
+        std::copy(kv.begin() + int64_t{i} * d, kv.begin() + int64_t{i + 1} * d, c.vp[i / 16].begin() + (i % 16) * d);
+      }
+      attend(aq, c.view(), KeySet{nullptr, 0, 0, n_sel}, copy.data());
+    }
+    for (int n_kept : {37, 64, kAttnSegment + 5, n_sel}) {
+      KeySet ks{idx.data(), n_sel, 0, 0, r, 0};
+      ks.kept_k = kk.data();
+      ks.kept_v = kv.data();
+      ks.n_kept = n_kept;
+      std::vector<float> got(q.size());
+      attend(aq, h.view(), ks, got.data());
+      const std::vector<float> split = attend_in_segments(aq, h.view(), idx, r, kk.data(), kv.data(), n_kept);
+      if (!r) {
+        ASSERT_EQ(got, want) << "n_kept " << n_kept;
+        ASSERT_EQ(split, want) << "split, n_kept " << n_kept;
+        continue;
+      }
+      EXPECT_LT(max_abs_diff(got, want), 5e-3f) << "n_kept " << n_kept;
+      EXPECT_LT(max_abs_diff(split, want), 5e-3f) << "split, n_kept " << n_kept;
+      if (n_kept == n_sel) EXPECT_EQ(got, copy);
+    }
+  }
 }
 
 // Compact positions over the engine's key-set shape: sinks (offset 0), scattered picks, a

@@ -4,11 +4,11 @@
 # default), 0.7 and 0.5, side by side (dense rows prefilled by tokenselect: dense decode reads
 # every key whatever they hold). Attention ms/token includes the planning. Writes
 # OUT/theta.json and prints the per-row summary.
-#   [LENGTHS=16384,32768] [POLICIES=dense,...] bench/cpu/device_theta.sh SIEVE SMOLLM2.gguf OUT [THREADS]
+#   [LENGTHS=16384,32768] [POLICIES=dense,...] [N_DECODE=32] bench/cpu/device_theta.sh SIEVE SMOLLM2.gguf OUT [THREADS]
 set -u
 SIEVE=$1 SMOL=$2 OUT=$3 T=${4:-16}
 mkdir -p "$OUT"
-"$SIEVE" bench -m "$SMOL" --threads-list "$T" --lengths "${LENGTHS:-16384,32768}" --n-decode 32 --reps 1 \
+"$SIEVE" bench -m "$SMOL" --threads-list "$T" --lengths "${LENGTHS:-16384,32768}" --n-decode "${N_DECODE:-32}" --reps 1 \
   --warmup 0 --policies "${POLICIES:-dense,tokenselect,tokenselect:theta=0.7,tokenselect:theta=0.5}" \
   --dense-prefill tokenselect -f examples/lighthouse-report.txt >"$OUT/theta.json" 2>"$OUT/theta.log"
 python3 - "$OUT/theta.json" <<'PY'

@@ -258,8 +258,14 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         KeySet ks{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0};
         const int32_t kept = h < static_cast<int>(plan.n_kept.size()) ? plan.n_kept[h] : 0;
         if (kept > k0) {
-          ks.kept_k = plan.kept_k[h] + int64_t{k0} * hp.head_dim;
-          ks.kept_v = plan.kept_v[h] + int64_t{k0} * hp.head_dim;
+          uint16_t* k = plan.kept_k[h] + int64_t{k0} * hp.head_dim;
+          uint16_t* v = plan.kept_v[h] + int64_t{k0} * hp.head_dim;
+          ks.kept_k = k;
+          ks.kept_v = v;
+          if (plan.kept_fill[h]) {
+            ks.fill_k = k;
+            ks.fill_v = v;
+          }
           ks.n_kept = std::min(kept, k1) - k0;
         }
         return ks;

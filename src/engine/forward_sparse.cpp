@@ -83,31 +83,24 @@ const RopeRotator& Forward::rotator(int il, int64_t max_abs) {
   return *rotators_.back();
 }
 
-void Forward::keep_rows(int il, size_t ei, int32_t hk, const KvHeadView& view, std::span<const int32_t> keys,
-                        int32_t n, uint32_t generation, bool compact, EntryPlan& plan) {
-  SparseSeq& sp = *batch_[ei].sparse;
-  SparseLayerState& L = sp.layer(il);
-  const int32_t d = model_.hp.head_dim;
+void Forward::keep_rows(int il, size_t ei, int32_t hk, int32_t n, uint32_t generation, bool compact,
+                        EntryPlan& plan) {
+  SparseLayerState& L = batch_[ei].sparse->layer(il);
   if (L.kept.size() != static_cast<size_t>(model_.hp.n_head_kv)) L.kept.resize(model_.hp.n_head_kv);
   SparseLayerState::KeptRows& r = L.kept[hk];
-  if (!r.valid || r.generation != generation || r.compact != compact || r.n != n) {
-    r.k.resize(static_cast<size_t>(n) * d);
+  const bool fill = !r.valid || r.generation != generation || r.compact != compact || r.n != n;
+  if (fill) {
+    r.k.resize(static_cast<size_t>(n) * model_.hp.head_dim);
     r.v.resize(r.k.size());
-    // Compact positions: key c of the set is attended at position c.
-    const RopeRotator* rot = compact ? &rotator(il, int64_t{kv_.n_tokens(batch_[ei].seq)} + 1) : nullptr;
-    pool_.parallel_for(n, 512, [&](int64_t a, int64_t z) {
-      const KeySet ks{keys.data() + a, static_cast<int32_t>(z - a), 0, 0, rot, static_cast<int32_t>(a)};
-      copy_key_rows(view, ks, d, r.k.data() + a * d, r.v.data() + a * d);
-    });
     r.n = n;
     r.generation = generation;
     r.compact = compact;
-    r.valid = true;
-    sp.stats.bytes_read += int64_t{n} * d * 2 * 2;
+    r.valid = true;  // once this step's attention has read the keys
   }
   plan.kept_k[hk] = r.k.data();
   plan.kept_v[hk] = r.v.data();
   plan.n_kept[hk] = n;
+  plan.kept_fill[hk] = fill;
 }
 
 void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
@@ -116,6 +109,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   plan.n_kept.assign(model_.hp.n_head_kv, 0);
   plan.kept_k.assign(model_.hp.n_head_kv, nullptr);
   plan.kept_v.assign(model_.hp.n_head_kv, nullptr);
+  plan.kept_fill.assign(model_.hp.n_head_kv, 0);
   const BatchEntry& e = batch_[ei];
   SparseSeq& sp = *e.sparse;
   const PolicyConfig& P = sp.policy();
@@ -360,13 +354,11 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       std::vector<int32_t> keys;
       build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
       for (int32_t hk = kv0; hk < kv1; ++hk) plan.keys[hk] = keys;
-      // A reused selection: its sinks and picks (the set's first keys) are read from a copy made
-      // at its first reuse, so a selection that is never reused costs nothing extra.
+      // The cached selection's sinks and picks (the set's first keys): the step that selects
+      // them writes a copy as its attention reads them, and the steps that reuse them read it.
       const int32_t n_kept = c0 + static_cast<int32_t>(L.picked[u].size());
-      if (hit && P.keep_rows && n_kept <= static_cast<int32_t>(keys.size())) {
-        for (int32_t hk = kv0; hk < kv1; ++hk) {
-          keep_rows(il, ei, hk, views[hk], plan.keys[hk], n_kept, L.generation[u], compact_now, plan);
-        }
+      if (use_cache && P.keep_rows && n_kept <= static_cast<int32_t>(keys.size())) {
+        for (int32_t hk = kv0; hk < kv1; ++hk) keep_rows(il, ei, hk, n_kept, L.generation[u], compact_now, plan);
       }
     }
   }

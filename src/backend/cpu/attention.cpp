@@ -271,8 +271,8 @@ struct TileGather {
       t = e;
     }
   }
-  // A kept row (c < keys.n_kept): read in place order from the contiguous copy, already at its
-  // attention position (offset 0).
+  // A kept row (c < keys.n_kept, read from the contiguous copy): already at its attention
+  // position (offset 0).
   void note_kept(int32_t c, int t, int64_t* offs, int32_t* kpos) const {
     offs[t] = 0;
     if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : kv.position(key(c));
@@ -286,7 +286,7 @@ struct TileGather {
     }
 #endif
     for (int t = 0; t < n; ++t) {
-      if (c0 + t < keys.n_kept) {
+      if (c0 + t < keys.n_kept && !keys.fill_k) {
         const int64_t row = int64_t{c0 + t} * d;
         f16_to_f32_row(keys.kept_k + row, kt + t * d, d);
         if (vt) f16_to_f32_row(keys.kept_v + row, vt + t * d, d);
@@ -306,7 +306,8 @@ struct TileGather {
   SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
     const int32_t c_end = std::min(n_keys, c0 + n + kTile);
     int t = 0;
-    for (; t < n && c0 + t < keys.n_kept; ++t) {  // kept rows: contiguous, prefetched by the hardware
+    const int32_t n_read = keys.fill_k ? 0 : keys.n_kept;
+    for (; t < n && c0 + t < n_read; ++t) {  // kept rows: contiguous, prefetched by the hardware
       const int32_t c = c0 + t;
       const uint16_t* kr = keys.kept_k + int64_t{c} * d;
       float* kd = kt + t * d;
@@ -324,7 +325,7 @@ struct TileGather {
     }
     for (; t < n; ++t) {
       const int32_t c = c0 + t;
-      if (c + kTile < c_end && c + kTile >= keys.n_kept) {  // the same slot of the next tile
+      if (c + kTile < c_end && c + kTile >= n_read) {  // the same slot of the next tile
         int32_t pp, po;
         locate(c + kTile, pp, po);
         const int64_t prow = po * kv.row_stride;
@@ -421,7 +422,13 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
       if (c0 > from && c0 % kAttnSegment == 0) flush();
       const int n = std::min<int32_t>(kTile, to - c0);
       int64_t shift = 0;
-      gather(c0, n, kt.data(), vt.data(), kpos, keys.rot ? &shift : nullptr);
+      // Filling kept rows: every key of the tile is rotated (no turned query), then written.
+      const int n_fill = keys.fill_k ? std::clamp(keys.n_kept - c0, 0, n) : 0;
+      gather(c0, n, kt.data(), vt.data(), kpos, keys.rot && n_fill == 0 ? &shift : nullptr);
+      if (n_fill > 0) {
+        f32_to_f16_row(kt.data(), keys.fill_k + int64_t{c0} * d, int64_t{n_fill} * d);
+        f32_to_f16_row(vt.data(), keys.fill_v + int64_t{c0} * d, int64_t{n_fill} * d);
+      }
       if (shift != 0 && shift != qt_shift) {
         for (int64_t r = r0; r < r1; ++r) {
           std::copy(q.q + r * d, q.q + (r + 1) * d, qt.data() + r * d);
@@ -479,21 +486,6 @@ void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, s
   int32_t b = std::min(last, (start / kAttnSegment + 1) * kAttnSegment);
   out.push_back(KeySet{nullptr, 0, 0, b});
   for (; b < last; b += kAttnSegment) out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
-}
-
-void copy_key_rows(const KvHeadView& kv, const KeySet& keys, int32_t head_dim, uint16_t* k_out, uint16_t* v_out) {
-  const int d = head_dim;
-  thread_local std::vector<float> kt, vt;
-  kt.resize(static_cast<size_t>(kTile) * d);
-  vt.resize(kt.size());
-  const TileGather gather(kv, keys, d);
-  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
-  for (int32_t c0 = 0; c0 < n_keys; c0 += kTile) {
-    const int n = std::min<int32_t>(kTile, n_keys - c0);
-    gather(c0, n, kt.data(), vt.data(), nullptr);
-    f32_to_f16_row(kt.data(), k_out + int64_t{c0} * d, int64_t{n} * d);
-    f32_to_f16_row(vt.data(), v_out + int64_t{c0} * d, int64_t{n} * d);
-  }
 }
 
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,

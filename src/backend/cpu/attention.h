@@ -47,10 +47,12 @@ class RopeRotator;
 // Compact positions (rot != nullptr; TokenSelect past the trained window): the c-th key of the
 // set takes position pos_base + c, and its K (stored rotated at its original position) is
 // re-rotated to that position while the tile is gathered.
-// Kept rows (n_kept > 0): the first n_kept keys of the set are read from contiguous f16 rows,
-// kept_k / kept_v + c * head_dim, already rotated to the positions they are attended at (a
-// reused selection's copy, made once per selection: sequential reads, no re-rotation); their
-// positions still come from idx and the store (or pos_base + c).
+// Kept rows (keep_rows): with n_kept > 0 the first n_kept keys of the set are read from
+// contiguous f16 rows, kept_k / kept_v + c * head_dim, already rotated to the positions they are
+// attended at (a reused selection's copy: sequential reads, no re-rotation; their positions
+// still come from idx and the store, or pos_base + c). With fill set instead, attend() writes
+// those rows there as it reads them from the store (K re-rotated, then rounded to f16): the
+// step that makes a selection leaves its copy behind at no extra read.
 // A tile whose keys all need the same rotation (consecutive tokens: the window, a dense run of
 // picks) is read as stored and the query is turned the other way instead.
 // With `fixed`, every key takes position pos_base instead (selection scores free of RoPE
@@ -68,6 +70,8 @@ struct KeySet {
   const uint16_t* kept_k = nullptr;
   const uint16_t* kept_v = nullptr;
   int32_t n_kept = 0;
+  uint16_t* fill_k = nullptr;
+  uint16_t* fill_v = nullptr;
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`
@@ -89,10 +93,6 @@ void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const floa
                 const float* l_b, int64_t n_rows, int32_t head_dim);
 // o[r] /= l[r] (zero when l[r] == 0).
 void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim);
-
-// The keys of `keys` as attend() reads them (K re-rotated to pos_base + c under rot) written to
-// contiguous f16 rows k_out / v_out ([n keys, head_dim] each): kept rows (KeySet::kept_k).
-void copy_key_rows(const KvHeadView& kv, const KeySet& keys, int32_t head_dim, uint16_t* k_out, uint16_t* v_out);
 
 // Scores for selection: s[g * ld + t] = scale * q_g . k_j for the t-th key j of `keys` and
 // the G rows of q ([G, head_dim]); no causal mask (the caller passes past keys only).

@@ -242,10 +242,11 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
 
 // The engine's split-K decode over an index list: one part per kAttnSegment keys (pos_base =
 // its first index), merged in order, then normalised.
-// With kept_k / kept_v: the list's first n_kept keys come from those rows (keep_rows).
+// With kept_k / kept_v: the list's first n_kept keys come from those rows (keep_rows), or with
+// fill are written there.
 std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv, const std::vector<int32_t>& idx,
-                                      const RopeRotator* rot, const uint16_t* kept_k = nullptr,
-                                      const uint16_t* kept_v = nullptr, int32_t n_kept = 0) {
+                                      const RopeRotator* rot, uint16_t* kept_k = nullptr,
+                                      uint16_t* kept_v = nullptr, int32_t n_kept = 0, bool fill = false) {
   const int d = aq.head_dim;
   const int n_sel = static_cast<int>(idx.size());
   const int64_t rows = int64_t{aq.n_q} * aq.n_group;
@@ -257,6 +258,10 @@ std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv,
       part.kept_k = kept_k + int64_t{k0} * d;
       part.kept_v = kept_v + int64_t{k0} * d;
       part.n_kept = std::min(n_kept, k1) - k0;
+      if (fill) {
+        part.fill_k = kept_k + int64_t{k0} * d;
+        part.fill_v = kept_v + int64_t{k0} * d;
+      }
     }
     if (k0 == 0) {
       attend(aq, kv, part, oa.data(), ma.data(), la.data());
@@ -311,12 +316,12 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 
-// Kept rows (KeySet::kept_k, keep_rows): the first n_kept keys of a scattered list read from
-// copy_key_rows()'s contiguous f16 rows. Under original positions the copy is exact and the
-// result equals gathering them bit for bit; under compact positions it equals attending over a
-// copy of every key re-rotated to its compact position and rounded to f16 (the whole list
-// kept), and stays close to the gather. Prefixes end inside a tile, on a tile boundary, past a
-// segment and at the list's end, whole and split into segments.
+// Kept rows (keep_rows). The attention that first reads a scattered list fills the copy of
+// its first n_kept keys (KeySet::fill_k), whole or split into segments alike, and the attention
+// that reads the copy instead (KeySet::kept_k) equals the gather: bit for bit under original
+// positions (the copy is exact); under compact positions it equals attending over a copy of
+// every key re-rotated to its compact position and rounded to f16, and stays close to the
+// gather. Prefixes end inside a tile, on a tile boundary, past a segment and at the list's end.
 TEST(Attend, KeptRowsEqualTheGather) {
   std::mt19937 rng(17);
   const int d = 64, n = 3000, G = 3;
@@ -334,10 +339,26 @@ TEST(Attend, KeptRowsEqualTheGather) {
   for (const RopeRotator* r : std::initializer_list<const RopeRotator*>{nullptr, &rot}) {
     const int32_t qpos = r ? n_sel - 1 : n - 1;
     const AttnQuery aq{q.data(), &qpos, 1, G, d, 0.125f};
-    std::vector<uint16_t> kk(static_cast<size_t>(n_sel) * d), kv(kk.size());
-    copy_key_rows(h.view(), KeySet{idx.data(), n_sel, 0, 0, r, 0}, d, kk.data(), kv.data());
     std::vector<float> want(q.size());
     attend(aq, h.view(), KeySet{idx.data(), n_sel, 0, 0, r, 0}, want.data());
+    // The filling attention: its own result is the gather's, and a split fill writes the same copy.
+    std::vector<uint16_t> kk(static_cast<size_t>(n_sel) * d), kv(kk.size());
+    KeySet fill{idx.data(), n_sel, 0, 0, r, 0};
+    fill.kept_k = fill.fill_k = kk.data();
+    fill.kept_v = fill.fill_v = kv.data();
+    fill.n_kept = n_sel;
+    std::vector<float> filled(q.size());
+    attend(aq, h.view(), fill, filled.data());
+    std::vector<uint16_t> kk2(kk.size()), kv2(kv.size());
+    const std::vector<float> filled_split = attend_in_segments(aq, h.view(), idx, r, kk2.data(), kv2.data(), n_sel, true);
+    EXPECT_EQ(kk2, kk);
+    EXPECT_EQ(kv2, kv);
+    if (r) {
+      EXPECT_LT(max_abs_diff(filled, want), 2e-5f);  // every key rotated, no turned query
+    } else {
+      EXPECT_EQ(filled, want);
+      EXPECT_EQ(filled_split, want);
+    }
     std::vector<float> copy(q.size());
     if (r) {  // the whole list re-rotated and rounded, as pages of a store
       PagedHead c(d, 16, n_sel, rng, 1, 0);
@@ -362,7 +383,9 @@ TEST(Attend, KeptRowsEqualTheGather) {
       }
       EXPECT_LT(max_abs_diff(got, want), 5e-3f) << "n_kept " << n_kept;
       EXPECT_LT(max_abs_diff(split, want), 5e-3f) << "split, n_kept " << n_kept;
-      if (n_kept == n_sel) EXPECT_EQ(got, copy);
+      if (n_kept == n_sel) {
+        EXPECT_EQ(got, copy);
+      }
     }
   }
 }

@@ -357,7 +357,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       // The cached selection's sinks and picks (the set's first keys): the step that selects
       // them writes a copy as its attention reads them, and the steps that reuse them read it.
       const int32_t n_kept = c0 + static_cast<int32_t>(L.picked[u].size());
-      if (use_cache && P.keep_rows && n_kept <= static_cast<int32_t>(keys.size())) {
+      const bool keep = P.keep_rows == KeepRows::on || (P.keep_rows == KeepRows::auto_ && compact_now);
+      if (use_cache && keep && n_kept <= static_cast<int32_t>(keys.size())) {
         for (int32_t hk = kv0; hk < kv1; ++hk) keep_rows(il, ei, hk, n_kept, L.generation[u], compact_now, plan);
       }
     }

@@ -227,7 +227,8 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
 }
 
 // keep_rows: a selection's sinks and picks are written to a copy by the attention of the step
-// that selects them and read from it while the selection is reused. Under original positions the copy is exact, so the logits equal gathering the rows
+// that selects them and read from it while the selection is reused (auto, the default: only
+// under compact positions). Under original positions the copy is exact, so the logits equal gathering the rows
 // every step bit for bit, across misses that replace the selection (a stale copy would show).
 // Under compact positions K is rounded to f16 after its re-rotation (as the cache rounded it
 // at its own position), so they stay close; there every step reuses (theta -1), since a
@@ -238,16 +239,21 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
   const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
   const int n_dec = short_mode() ? 6 : 10;
   for (const char* positions : {"original", "compact"}) {
-    auto run = [&](bool keep) {
+    auto run = [&](const char* keep) {
       const bool original = std::string(positions) == "original";
       auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
                                                                    original ? "theta=0.9" : "theta=-1",
                                                                    std::string("positions=") + positions,
-                                                                   std::string("keep_rows=") + (keep ? "true" : "false")});
+                                                                   std::string("keep_rows=") + keep});
       EXPECT_TRUE(p.ok()) << p.message();
       return run_model(*m, prompt, 64, n_dec, &*p);
     };
-    const RunOut kept = run(true), gathered = run(false);
+    const RunOut kept = run("true"), gathered = run("false");
+    // auto (the default) keeps rows exactly while compact positions are in effect.
+    const RunOut by_default = run("auto");
+    const RunOut& want = std::string(positions) == "compact" ? kept : gathered;
+    EXPECT_EQ(by_default.logits, want.logits) << positions;
+    EXPECT_EQ(by_default.kept_bytes, want.kept_bytes) << positions;
     ASSERT_GT(kept.stats.cache_hits, 0) << positions;
     EXPECT_EQ(kept.stats.cache_hits, gathered.stats.cache_hits) << positions;
     if (std::string(positions) == "original") {
@@ -273,6 +279,7 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
     EXPECT_EQ(gathered.kept_bytes, 0) << positions;
   }
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"keep_rows=maybe"}).ok());
+  EXPECT_EQ(make_policy("tokenselect")->keep_rows, KeepRows::auto_);
 }
 
 // score_positions: `none` ranks keys by pre-RoPE dot products (the query and every key turned

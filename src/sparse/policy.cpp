@@ -37,6 +37,7 @@ constexpr EnumName<MemoryKind> k_memories[] = {
     {MemoryKind::keep, "keep"}, {MemoryKind::evict_h2o, "h2o"}, {MemoryKind::evict_stca, "stca"}};
 constexpr EnumName<PositionMode> k_positions[] = {
     {PositionMode::auto_, "auto"}, {PositionMode::original, "original"}, {PositionMode::compact, "compact"}};
+constexpr EnumName<KeepRows> k_keep_rows[] = {{KeepRows::auto_, "auto"}, {KeepRows::on, "true"}, {KeepRows::off, "false"}};
 constexpr EnumName<ScorePositions> k_score_positions[] = {{ScorePositions::auto_, "auto"},
                                                           {ScorePositions::original, "original"},
                                                           {ScorePositions::none, "none"}};
@@ -215,9 +216,9 @@ const std::vector<Knob>& knobs() {
       {{"selection_cache", "reuse selections across decode steps (true/false)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.selection_cache); },
        [](const PolicyConfig& p) { return std::string(p.selection_cache ? "true" : "false"); }},
-      {{"keep_rows", "while a selection is reused, read its K/V rows from a contiguous f16 copy made once (true/false; holds sinks + top_k rows per layer and KV head)"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.keep_rows); },
-       [](const PolicyConfig& p) { return std::string(p.keep_rows ? "true" : "false"); }},
+      {{"keep_rows", "while a selection is reused, read its K/V rows from a contiguous f16 copy its selecting step wrote: true, false, auto (while compact positions are in effect); holds sinks + top_k rows per layer and KV head"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_keep_rows, k, v, p.keep_rows); },
+       [](const PolicyConfig& p) { return std::string(enum_name(k_keep_rows, p.keep_rows)); }},
       {{"sketch_dim", "sketch dimensions d_s (0 = head_dim / 8)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.sketch_dim); },
        [](const PolicyConfig& p) { return std::to_string(p.sketch_dim); }},

@@ -54,6 +54,12 @@ enum class ScorePositions : uint8_t {
   original,  // each key at its stored position, the query at its own (attention's RoPE distances)
   none,      // query and keys both at position 0: pre-RoPE dot products (TokenSelect's public code)
 };
+// Whether a reused selection reads its rows from a contiguous copy (keep_rows).
+enum class KeepRows : uint8_t {
+  auto_,  // while compact positions are in effect (the copy also saves re-rotating every row)
+  on,
+  off,
+};
 enum class PrefillMode : uint8_t {
   dense,  // prefill chunks attend to everything kept
   chunk,  // one selection per chunk from the chunk's mean query (TokenSelect)
@@ -91,7 +97,7 @@ struct PolicyConfig {
   bool selection_cache = true;
   // While a selection is reused, keep a contiguous f16 copy of its sinks' and picks' K/V rows
   // (K already at its attention position) instead of gathering and re-rotating them each step.
-  bool keep_rows = true;
+  KeepRows keep_rows = KeepRows::auto_;
   int32_t sketch_dim = 0;   // 0: head_dim / 8
   bool sketch_shared = true;  // one projection for all heads, else one per KV head
   uint64_t seed = 0x51E7E;  // projection seed

@@ -88,14 +88,13 @@ void Forward::keep_rows(int il, size_t ei, int32_t hk, int32_t n, uint32_t gener
   SparseLayerState& L = batch_[ei].sparse->layer(il);
   if (L.kept.size() != static_cast<size_t>(model_.hp.n_head_kv)) L.kept.resize(model_.hp.n_head_kv);
   SparseLayerState::KeptRows& r = L.kept[hk];
-  const bool fill = !r.valid || r.generation != generation || r.compact != compact || r.n != n;
+  const bool fill = r.generation != generation || r.compact != compact || r.n != n;
   if (fill) {
     r.k.resize(static_cast<size_t>(n) * model_.hp.head_dim);
     r.v.resize(r.k.size());
     r.n = n;
     r.generation = generation;
-    r.compact = compact;
-    r.valid = true;  // once this step's attention has read the keys
+    r.compact = compact;  // valid once this step's attention has read the keys
   }
   plan.kept_k[hk] = r.k.data();
   plan.kept_v[hk] = r.v.data();

@@ -153,7 +153,7 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
     if (sparse) SIEVE_TRY(sparse_after_step(*kv_, added->seq, *sparse, model_.hp));
   }
   st.decode_ms = ms_since(t1);
-  st.kv_bytes = kv_->seq_bytes(added->seq) + (sparse ? sparse->kept_bytes() : 0);
+  st.kv_bytes = kv_bytes_held(*kv_, added->seq, sparse.get());
   if (sparse) {
     st.sparse = sparse->stats;
     st.sparse.kv_bytes_held = st.kv_bytes;

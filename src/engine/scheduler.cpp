@@ -356,8 +356,7 @@ bool Scheduler::step() {
         continue;
       }
     }
-    // KV held: the store's pages plus a reused selection's kept rows (keep_rows).
-    r.kv_bytes = kv_.seq_bytes(r.seq) + (r.sparse ? r.sparse->kept_bytes() : 0);
+    r.kv_bytes = kv_bytes_held(kv_, r.seq, r.sparse.get());
     (void)kv_.publish(r.seq);
     if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size())) continue;  // more prompt
     if (r.cancelled) continue;  // reaped next step

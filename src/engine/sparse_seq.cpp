@@ -38,6 +38,10 @@ int64_t SparseSeq::kept_bytes() const {
   return b;
 }
 
+int64_t kv_bytes_held(const KvStore& kv, KvSeqId seq, const SparseSeq* sp) {
+  return kv.seq_bytes(seq) + (sp ? sp->kept_bytes() : 0);
+}
+
 bool SparseSeq::compact(int32_t n_tokens) const {
   switch (policy_.positions) {
     case PositionMode::compact: return true;
@@ -50,7 +54,6 @@ bool SparseSeq::compact(int32_t n_tokens) const {
 void SparseSeq::invalidate_cache(int32_t il) {
   SparseLayerState& L = layers_[il];
   std::fill(L.valid.begin(), L.valid.end(), 0);
-  for (auto& r : L.kept) r.valid = false;
   L.n_blocks = 0;
   L.bmin.clear();
   L.bmax.clear();

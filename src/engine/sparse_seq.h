@@ -25,13 +25,13 @@ struct SparseLayerState {
   std::vector<uint32_t> generation;           // [n_units] bumped each time picked[u] is replaced
   // keep_rows: per KV head, f16 copies of the K and V rows of the first n keys of the unit's
   // cached key set (sinks + picks), K rotated to its attention position when `compact`; made
-  // for the selection of `generation` and read while that selection is reused.
+  // for the selection of `generation` and read while that selection is reused. (Generation 0
+  // is never a selection's: a dropped cache makes the next step select, bumping it.)
   struct KeptRows {
     std::vector<uint16_t> k, v;
     int32_t n = 0;
     uint32_t generation = 0;
     bool compact = false;
-    bool valid = false;
   };
   std::vector<KeptRows> kept;                 // [n_kv_head]
   std::vector<float> importance;              // [stream tokens] eviction policies
@@ -117,5 +117,7 @@ int32_t prefill_chunk_for(const PolicyConfig& p, int64_t prompt_tokens, int32_t 
 // Between steps: evicts tokens of every full-attention stream that exceeds the policy's
 // budget (h2o / stca), compacting the importance alongside; counts them in sp.stats.
 Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHParams& hp);
+// KV a sequence holds: the store's pages plus its reused selections' kept rows (keep_rows).
+int64_t kv_bytes_held(const KvStore& kv, KvSeqId seq, const SparseSeq* sp);
 
 }  // namespace sieve

@@ -174,7 +174,7 @@ int run(BenchOptions o) {
           tok = argmax(logits);
         }
         auto t2 = std::chrono::steady_clock::now();
-        kv_bytes = kv.seq_bytes(seq) + (sp ? sp->kept_bytes() : 0);  // with keep_rows' copies
+        kv_bytes = kv_bytes_held(kv, seq, sp.get());
         last = sp ? sp->stats : SparseStats{};
         decode_select_ns = last.select_ns - select_ns_prefill;
         decode_attn_ns = fwd.attention_ns() - attn_ns_prefill;

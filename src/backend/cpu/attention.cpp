@@ -309,18 +309,8 @@ struct TileGather {
     const int32_t n_read = keys.fill_k ? 0 : keys.n_kept;
     for (; t < n && c0 + t < n_read; ++t) {  // kept rows: contiguous, prefetched by the hardware
       const int32_t c = c0 + t;
-      const uint16_t* kr = keys.kept_k + int64_t{c} * d;
-      float* kd = kt + t * d;
-      for (int i = 0; i < d; i += 8) {
-        _mm256_storeu_ps(kd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + i))));
-      }
-      if (vt) {
-        const uint16_t* vr = keys.kept_v + int64_t{c} * d;
-        float* vd = vt + t * d;
-        for (int i = 0; i < d; i += 8) {
-          _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
-        }
-      }
+      row_avx2(keys.kept_k + int64_t{c} * d, kt + t * d);
+      if (vt) row_avx2(keys.kept_v + int64_t{c} * d, vt + t * d);
       note_kept(c, t, offs, kpos);
     }
     for (; t < n; ++t) {
@@ -337,19 +327,15 @@ struct TileGather {
       int32_t page, off;
       locate(c, page, off);
       const int64_t row = off * kv.row_stride;
-      const uint16_t* kr = kv.k_pages[page] + row;
-      float* kd = kt + t * d;
-      for (int i = 0; i < d; i += 8) {
-        _mm256_storeu_ps(kd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + i))));
-      }
-      if (vt) {
-        const uint16_t* vr = kv.v_pages[page] + row;
-        float* vd = vt + t * d;
-        for (int i = 0; i < d; i += 8) {
-          _mm256_storeu_ps(vd + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + i))));
-        }
-      }
+      row_avx2(kv.k_pages[page] + row, kt + t * d);
+      if (vt) row_avx2(kv.v_pages[page] + row, vt + t * d);
       note_key(c, t, page, off, offs, kpos);
+    }
+  }
+  // One f16 row of d values (d % 8 == 0) to f32.
+  SIEVE_AVX2 void row_avx2(const uint16_t* src, float* dst) const {
+    for (int i = 0; i < d; i += 8) {
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     }
   }
 #endif

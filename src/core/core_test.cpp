@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "core/fp16.h"
 #include "core/ggml_type.h"
+#include "core/huge_buffer.h"
 #include "core/result.h"
 #include "core/thread_pool.h"
 
@@ -81,6 +84,36 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
     for (int r = 0; r < 500; ++r) pool.run([&](int t, int) { sum += t + 1; });
     EXPECT_EQ(sum.load(), 500LL * nt * (nt + 1) / 2);
   }
+}
+
+TEST(HugeBuffer, LargeIsHugePageAlignedWritableAndMovable) {
+  const size_t bytes = 3 * HugeBuffer::kHugePage + 12345;
+  HugeBuffer b(bytes);
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(b.size(), bytes);
+#if defined(__linux__)
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % HugeBuffer::kHugePage, 0u);
+#endif
+  std::memset(b.data(), 0x5a, bytes);
+  std::byte* p = b.data();
+  HugeBuffer moved(std::move(b));
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(moved.data(), p);
+  EXPECT_EQ(moved.data()[bytes - 1], std::byte{0x5a});
+  HugeBuffer other(100);
+  other = std::move(moved);
+  EXPECT_EQ(other.data(), p);
+  EXPECT_EQ(other.data()[0], std::byte{0x5a});
+}
+
+TEST(HugeBuffer, SmallAndEmpty) {
+  HugeBuffer none(0);
+  EXPECT_TRUE(none.empty());
+  HugeBuffer small(1000);
+  ASSERT_FALSE(small.empty());
+  EXPECT_FALSE(small.advised());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+  std::memset(small.data(), 1, 1000);
 }
 
 }  // namespace

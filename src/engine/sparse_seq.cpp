@@ -15,7 +15,9 @@ SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
       head_dim_(hp.head_dim),
       rt_window_(rt_window_for(policy_, hp)),
       plan_ok_(policy_.uses_head_plan() && check_head_plan_for(policy_, hp).ok()),
-      layers_(hp.n_layer) {
+      n_kv_head_(hp.n_head_kv),
+      layers_(hp.n_layer),
+      kept_slot_rows_(policy_.top_k > 0 ? policy_.sinks + policy_.top_k + std::max(policy_.block, 1) - 1 : 0) {
   reset();
 }
 
@@ -33,9 +35,33 @@ void SparseSeq::reset() {
 int64_t SparseSeq::kept_bytes() const {
   int64_t b = 0;
   for (const SparseLayerState& L : layers_) {
-    for (const auto& r : L.kept) b += static_cast<int64_t>(r.k.capacity() + r.v.capacity()) * 2;
+    for (const auto& r : L.kept) b += r.bytes;
   }
   return b;
+}
+
+void SparseSeq::kept_storage(int32_t il, int32_t hk, int32_t n) {
+  SparseLayerState& L = layers_[il];
+  if (L.kept.size() != static_cast<size_t>(n_kv_head_)) L.kept.resize(n_kv_head_);
+  SparseLayerState::KeptRows& r = L.kept[hk];
+  const int64_t slot_elems = int64_t{kept_slot_rows_} * head_dim_;
+  if (n <= kept_slot_rows_) {
+    if (kept_arena_.empty()) {
+      kept_arena_ = HugeBuffer(static_cast<size_t>(layers_.size()) * n_kv_head_ * 2 * slot_elems * 2);
+    }
+    if (!kept_arena_.empty()) {
+      auto* base = reinterpret_cast<uint16_t*>(kept_arena_.data()) + (int64_t{il} * n_kv_head_ + hk) * 2 * slot_elems;
+      r.k = base;
+      r.v = base + slot_elems;
+      r.bytes = slot_elems * 2 * 2;
+      std::vector<uint16_t>().swap(r.spill);
+      return;
+    }
+  }
+  r.spill.resize(static_cast<size_t>(n) * head_dim_ * 2);
+  r.k = r.spill.data();
+  r.v = r.k + int64_t{n} * head_dim_;
+  r.bytes = static_cast<int64_t>(r.spill.capacity()) * 2;
 }
 
 int64_t kv_bytes_held(const KvStore& kv, KvSeqId seq, const SparseSeq* sp) {

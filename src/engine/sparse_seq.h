@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_buffer.h"
 #include "kv/kv_store.h"
 #include "model/hparams.h"
 #include "sparse/policy.h"
@@ -27,11 +28,16 @@ struct SparseLayerState {
   // cached key set (sinks + picks), K rotated to its attention position when `compact`; made
   // for the selection of `generation` and read while that selection is reused. (Generation 0
   // is never a selection's: a dropped cache makes the next step select, bumping it.)
+  // The rows live in the sequence's kept arena (SparseSeq::kept_storage) or, past its slot
+  // size, in `spill`.
   struct KeptRows {
-    std::vector<uint16_t> k, v;
+    uint16_t* k = nullptr;
+    uint16_t* v = nullptr;
     int32_t n = 0;
+    int64_t bytes = 0;  // storage held for them
     uint32_t generation = 0;
     bool compact = false;
+    std::vector<uint16_t> spill;  // [2, n, head_dim] when n exceeds the arena's slot
   };
   std::vector<KeptRows> kept;                 // [n_kv_head]
   std::vector<float> importance;              // [stream tokens] eviction policies
@@ -57,6 +63,13 @@ class SparseSeq {
   void invalidate_cache(int32_t il);
   // Bytes of the kept K/V rows held (keep_rows), over every layer.
   int64_t kept_bytes() const;
+  // keep_rows: points r.k / r.v at room for n rows each of head_dim f16 values, for layer il and
+  // KV head hk. The rows go in a slot of one arena per sequence (sinks + top_k + block - 1 rows per
+  // layer and KV head, huge pages, allocated at the first use, committed as slots are first
+  // written): one allocation instead of one zero-filled vector per slot, which cost ~0.9 ms per
+  // layer and KV head at a sequence's first decode step on the 2-core VM (bench/RESULTS.md). Sets
+  // larger than a slot (top-p without a top-k cap) get their own heap buffer.
+  void kept_storage(int32_t il, int32_t hk, int32_t n);
 
   SparseStats stats;
   // Tokens of the prompt being prefilled (prefill_tail: which chunks run dense); -1: unknown,
@@ -70,7 +83,10 @@ class SparseSeq {
   int32_t head_dim_ = 0;
   int32_t rt_window_ = 0;
   bool plan_ok_ = false;
+  int32_t n_kv_head_ = 0;
   std::vector<SparseLayerState> layers_;
+  HugeBuffer kept_arena_;  // [n_layer, n_kv_head, 2 (K, V), kept_slot_rows_, head_dim] f16
+  int32_t kept_slot_rows_ = 0;
 };
 
 // The prefix-cache namespace for a policy: K/V computed under a policy that changes

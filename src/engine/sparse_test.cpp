@@ -282,6 +282,26 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
   EXPECT_EQ(make_policy("tokenselect")->keep_rows, KeepRows::auto_);
 }
 
+// Top-p without a top-k cap: the picks have no bound, so the kept rows live in their own
+// buffers rather than the sequence's arena slots (SparseSeq::kept_storage); still exact.
+TEST(Sparse, KeptRowsOfAnUncappedTopPSet) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
+  auto run = [&](const char* keep) {
+    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=0", "top_p=0.5",
+                                                                 "theta=0.9", "positions=original",
+                                                                 std::string("keep_rows=") + keep});
+    EXPECT_TRUE(p.ok()) << p.message();
+    return run_model(*m, prompt, 64, short_mode() ? 6 : 10, &*p);
+  };
+  const RunOut kept = run("true"), gathered = run("false");
+  ASSERT_GT(kept.stats.cache_hits, 0);
+  EXPECT_EQ(kept.logits, gathered.logits);
+  EXPECT_GT(kept.kept_bytes, 0);
+  EXPECT_EQ(gathered.kept_bytes, 0);
+}
+
 // score_positions: `none` ranks keys by pre-RoPE dot products (the query and every key turned
 // to position 0; KeyScores.FixedPositionZeroEqualsPreRopeDots checks the scores), which picks
 // other tokens than the RoPE-distance scores of `original`; `auto` is `none` exactly while

@@ -86,13 +86,10 @@ const RopeRotator& Forward::rotator(int il, int64_t max_abs) {
 void Forward::keep_rows(int il, size_t ei, int32_t hk, int32_t n, uint32_t generation, bool compact,
                         EntryPlan& plan) {
   SparseSeq& sp = *batch_[ei].sparse;
-  SparseLayerState& L = sp.layer(il);
-  const bool known = L.kept.size() == static_cast<size_t>(model_.hp.n_head_kv);
-  const bool fill = !known || L.kept[hk].generation != generation || L.kept[hk].compact != compact ||
-                    L.kept[hk].n != n;
-  if (fill) sp.kept_storage(il, hk, n);
-  SparseLayerState::KeptRows& r = L.kept[hk];
+  SparseLayerState::KeptRows& r = sp.layer(il).kept[hk];
+  const bool fill = r.generation != generation || r.compact != compact || r.n != n;
   if (fill) {
+    sp.kept_storage(il, hk, n);
     r.n = n;
     r.generation = generation;
     r.compact = compact;  // valid once this step's attention has read the keys

@@ -29,21 +29,23 @@ void SparseSeq::reset() {
     L.picked_end.assign(n_units_, 0);
     L.valid.assign(n_units_, 0);
     L.generation.assign(n_units_, 0);
+    L.kept.assign(n_kv_head_, {});
   }
 }
 
 int64_t SparseSeq::kept_bytes() const {
   int64_t b = 0;
   for (const SparseLayerState& L : layers_) {
-    for (const auto& r : L.kept) b += r.bytes;
+    for (const auto& r : L.kept) {
+      if (r.k == nullptr) continue;
+      b += r.spill.empty() ? int64_t{kept_slot_rows_} * head_dim_ * 2 * 2 : static_cast<int64_t>(r.spill.capacity()) * 2;
+    }
   }
   return b;
 }
 
 void SparseSeq::kept_storage(int32_t il, int32_t hk, int32_t n) {
-  SparseLayerState& L = layers_[il];
-  if (L.kept.size() != static_cast<size_t>(n_kv_head_)) L.kept.resize(n_kv_head_);
-  SparseLayerState::KeptRows& r = L.kept[hk];
+  SparseLayerState::KeptRows& r = layers_[il].kept[hk];
   const int64_t slot_elems = int64_t{kept_slot_rows_} * head_dim_;
   if (n <= kept_slot_rows_) {
     if (kept_arena_.empty()) {
@@ -53,7 +55,6 @@ void SparseSeq::kept_storage(int32_t il, int32_t hk, int32_t n) {
       auto* base = reinterpret_cast<uint16_t*>(kept_arena_.data()) + (int64_t{il} * n_kv_head_ + hk) * 2 * slot_elems;
       r.k = base;
       r.v = base + slot_elems;
-      r.bytes = slot_elems * 2 * 2;
       std::vector<uint16_t>().swap(r.spill);
       return;
     }
@@ -61,7 +62,6 @@ void SparseSeq::kept_storage(int32_t il, int32_t hk, int32_t n) {
   r.spill.resize(static_cast<size_t>(n) * head_dim_ * 2);
   r.k = r.spill.data();
   r.v = r.k + int64_t{n} * head_dim_;
-  r.bytes = static_cast<int64_t>(r.spill.capacity()) * 2;
 }
 
 int64_t kv_bytes_held(const KvStore& kv, KvSeqId seq, const SparseSeq* sp) {

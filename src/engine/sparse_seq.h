@@ -34,12 +34,11 @@ struct SparseLayerState {
     uint16_t* k = nullptr;
     uint16_t* v = nullptr;
     int32_t n = 0;
-    int64_t bytes = 0;  // storage held for them
     uint32_t generation = 0;
     bool compact = false;
     std::vector<uint16_t> spill;  // [2, n, head_dim] when n exceeds the arena's slot
   };
-  std::vector<KeptRows> kept;                 // [n_kv_head]
+  std::vector<KeptRows> kept;                 // [n_kv_head] (sized by SparseSeq::reset)
   std::vector<float> importance;              // [stream tokens] eviction policies
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
   std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]

@@ -31,10 +31,13 @@ inline uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Indices of the k largest values (ties to the lower index), in no particular order.
+// Indices of the k largest values (ties to the lower index), ascending.
 // Radix select: one histogram pass over the top 11 bits of the order key finds the bin
 // holding the k-th value; everything above it is in, and only that bin's elements are
 // ranked exactly. O(n) instead of nth_element's larger constant on the full index array.
+// The scan emits both parts in index order, so only the threshold bin's chosen elements
+// need sorting before the merge (a full sort of k indices cost a decode step's top-2048
+// pick more than the selection itself).
 std::vector<int32_t> top_indices(const float* v, int32_t n, int32_t k) {
   k = std::max(0, std::min(k, n));
   std::vector<int32_t> out;
@@ -59,8 +62,13 @@ std::vector<int32_t> top_indices(const float* v, int32_t n, int32_t k) {
   }
   const int32_t need = k - above;
   auto better = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-  if (need < static_cast<int32_t>(cand.size())) std::nth_element(cand.begin(), cand.begin() + need, cand.end(), better);
+  if (need < static_cast<int32_t>(cand.size())) {
+    std::nth_element(cand.begin(), cand.begin() + need, cand.end(), better);
+    std::sort(cand.begin(), cand.begin() + need);
+  }
+  const auto mid = static_cast<std::ptrdiff_t>(out.size());
   out.insert(out.end(), cand.begin(), cand.begin() + need);
+  std::inplace_merge(out.begin(), out.begin() + mid, out.end());
   return out;
 }
 
@@ -156,7 +164,7 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
       tokens += len;
     }
   }
-  std::sort(chosen.begin(), chosen.end());
+  if (block > 1 || p > 0.0f) std::sort(chosen.begin(), chosen.end());  // top_indices' are ascending
   std::vector<int32_t> out;
   for (int32_t b : chosen) {
     for (int32_t j = b * block; j < std::min(n, (b + 1) * block); ++j) out.push_back(j);

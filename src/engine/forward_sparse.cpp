@@ -184,10 +184,12 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     const int32_t h0 = u * heads_per_unit;  // first query head of the unit
     const int32_t kv0 = h0 / G, kv1 = (h0 + heads_per_unit) / G;
     // Selection cache (decode only): the fingerprint is the mean over the unit's heads of the
-    // query rotated back to position 0, so position drift does not lower the cosine.
+    // query rotated back to position 0, so position drift does not lower the cosine. An
+    // eviction policy whose layer is too short to select still scores for its importance;
+    // there the cache reuses the votes alone, and an entry without a pick never serves a
+    // step that selects.
     bool hit = false;
-    const bool use_cache = select_now && n_q == 1 && P.selection_cache && P.scorer != ScorerKind::quest &&
-                           !P.evicts();
+    const bool use_cache = n_q == 1 && P.selection_cache && P.scorer != ScorerKind::quest;
     std::vector<float> fp;
     if (use_cache) {
       std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d, sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
@@ -200,7 +202,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
         for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
       }
       sp.stats.cache_lookups++;
-      if (L.valid[u] && cosine_similarity(fp.data(), L.fingerprint.data() + int64_t{u} * d, d) >= theta) {
+      if (L.valid[u] && (L.has_pick[u] || !select_now) &&
+          cosine_similarity(fp.data(), L.fingerprint.data() + int64_t{u} * d, d) >= theta) {
         hit = true;
         sp.stats.cache_hits++;
       }
@@ -210,6 +213,11 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       // never ranked; reading them keeps the reuse from silently losing recent context).
       picked_abs = L.picked[u];
       for (int32_t j = std::max(c0, L.picked_end[u]); j < pick_end; ++j) picked_abs.push_back(j);
+      if (P.evicts()) {  // the reused selection's votes count for this query too
+        const std::vector<float>& v = L.votes[u];
+        float* imp = L.importance.data() + L.votes_begin[u];
+        for (size_t j = 0; j < v.size(); ++j) imp[j] += v[j];
+      }
     } else if (P.scorer == ScorerKind::none) {
       picked_abs.clear();
     } else if (P.scorer == ScorerKind::quest) {
@@ -324,7 +332,14 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       }
       if (P.evicts()) {
         const float w = 1.0f / static_cast<float>(H);
-        for (int32_t j = 0; j < n; ++j) L.importance[c0 + j] += std::max(0.0f, sc_score_[j]) * w;
+        std::vector<float>& v = L.votes[u];
+        v.resize(use_cache ? n : 0);
+        for (int32_t j = 0; j < n; ++j) {
+          const float add = std::max(0.0f, sc_score_[j]) * w;
+          L.importance[c0 + j] += add;
+          if (use_cache) v[j] = add;
+        }
+        L.votes_begin[u] = c0;
       }
       if (select_now) {
         std::vector<float> pooled;
@@ -345,6 +360,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       L.picked[u] = picked_abs;
       L.picked_end[u] = pick_end;
       L.valid[u] = 1;
+      L.has_pick[u] = select_now;
       L.generation[u]++;
     }
     if (select_now) {

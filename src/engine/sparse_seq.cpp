@@ -28,7 +28,10 @@ void SparseSeq::reset() {
     L.picked.assign(n_units_, {});
     L.picked_end.assign(n_units_, 0);
     L.valid.assign(n_units_, 0);
+    L.has_pick.assign(n_units_, 0);
     L.generation.assign(n_units_, 0);
+    L.votes.assign(n_units_, {});
+    L.votes_begin.assign(n_units_, 0);
     L.kept.assign(n_kv_head_, {});
   }
 }

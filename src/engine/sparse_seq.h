@@ -23,6 +23,7 @@ struct SparseLayerState {
   std::vector<std::vector<int32_t>> picked;   // [n_units] stream indices of the cached top set
   std::vector<int32_t> picked_end;            // [n_units] end of the range the set was picked from
   std::vector<char> valid;                    // [n_units]
+  std::vector<char> has_pick;                 // [n_units] the entry holds a pick, not only votes
   std::vector<uint32_t> generation;           // [n_units] bumped each time picked[u] is replaced
   // keep_rows: per KV head, f16 copies of the K and V rows of the first n keys of the unit's
   // cached key set (sinks + picks), K rotated to its attention position when `compact`; made
@@ -40,6 +41,11 @@ struct SparseLayerState {
   };
   std::vector<KeptRows> kept;                 // [n_kv_head] (sized by SparseSeq::reset)
   std::vector<float> importance;              // [stream tokens] eviction policies
+  // Eviction policies with the selection cache: per unit, what its last selection added to
+  // `importance` (from stream index votes_begin[u] on); a step that reuses the selection adds
+  // it again, as the scores of the query it stands for.
+  std::vector<std::vector<float>> votes;      // [n_units]
+  std::vector<int32_t> votes_begin;           // [n_units]
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
   std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
   int32_t n_blocks = 0;

@@ -31,6 +31,7 @@ struct RunOut {
   std::vector<std::vector<float>> logits;  // per step
   SparseStats stats;
   int64_t kept_bytes = 0;  // keep_rows' copies held at the end
+  std::vector<double> importance_mass;  // per layer, eviction policies: the sum of the importance held
 };
 
 // Prefill in chunks, then greedy decode; the sparse state (when given) rides along.
@@ -95,6 +96,11 @@ RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, 
   if (sp) {
     r.stats = sp->stats;
     r.kept_bytes = sp->kept_bytes();
+    for (int il = 0; il < m.hp.n_layer; ++il) {
+      double sum = 0;
+      for (float v : sp->layer(il).importance) sum += v;
+      r.importance_mass.push_back(sum);
+    }
   }
   return r;
 }
@@ -338,6 +344,49 @@ TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {
     const RunOut r = run_model(*m, prompt, 64, 6, &*p, 1024, /*check_evictions=*/true);
     EXPECT_GT(r.stats.tokens_evicted, 0) << name;
     for (const auto& l : r.logits.back()) ASSERT_TRUE(std::isfinite(l)) << name;
+  }
+}
+
+// stca reuses selections like tokenselect; a step that reuses one adds that selection's
+// votes to the importance again, so every decode step counts (each adds a mass of 1 per
+// layer: the softmaxes of the layer's heads, weighted 1 / n_head). Without eviction and decay
+// the mass is the same whether every step reuses (theta -1) or none does (theta 1). The same
+// holds where the layer is too short to select (top_k 1000 of 300 tokens) but still scores
+// for its importance: there the cache reuses the votes alone.
+void check_stca_reuse(const char* top_k) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  const auto prompt = long_prompt(*m, short_mode() ? 120 : 300);
+  const int n_dec = short_mode() ? 4 : 8;
+  const std::vector<std::string> base = {"sinks=4", "local=16", top_k, "kv_budget=100000", "decay=1"};
+  auto with = [&](const char* kv) {
+    std::vector<std::string> k = base;
+    k.emplace_back(kv);
+    auto p = make_policy("stca", k);
+    EXPECT_TRUE(p.ok()) << p.message();
+    return run_model(*m, prompt, 64, n_dec, &*p);
+  };
+  const RunOut always = with("theta=-1"), never = with("theta=1");
+  EXPECT_EQ(always.stats.cache_hits, always.stats.cache_lookups - m->hp.n_layer);
+  EXPECT_EQ(never.stats.cache_hits, 0);
+  EXPECT_EQ(always.stats.tokens_evicted, 0);
+  ASSERT_EQ(always.importance_mass.size(), never.importance_mass.size());
+  for (size_t il = 0; il < always.importance_mass.size(); ++il) {
+    EXPECT_NEAR(always.importance_mass[il], never.importance_mass[il], 1e-3) << "layer " << il;
+  }
+  // The mass is the prefill chunks' votes plus one per decode step.
+  const RunOut prefill_only = [&] {
+    auto p = make_policy("stca", base);
+    EXPECT_TRUE(p.ok());
+    return run_model(*m, prompt, 64, 0, &*p);
+  }();
+  EXPECT_NEAR(always.importance_mass[0] - prefill_only.importance_mass[0], n_dec, 1e-3);
+}
+
+TEST(Sparse, StcaReusedSelectionsStillAccumulateImportance) {
+  for (const char* top_k : {"top_k=32", "top_k=1000"}) {
+    SCOPED_TRACE(top_k);
+    check_stca_reuse(top_k);
   }
 }
 

@@ -404,10 +404,10 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
   } else if (preset == "sketch" || preset == "stca") {
     // SequenceO1 scores every step; both presets reuse selections as auto does (TokenSelect's
     // cache at theta 0.7): on the six-task suite at 4K on SmolLM2 sketch scores 44.4 at theta
-    // 0.9 and 0.7, stca 40.0 scoring every step and 45.6 reusing at 0.9 or 0.7, and on 16 CPU
-    // threads sketch decodes at 2.71x / 3.78x dense at 16K / 32K (auto 2.31x / 3.49x); a
-    // reused stca selection adds its votes to the importance again (bench/RESULTS.md,
-    // "Sketch and stca reuse selections").
+    // 0.9 and 0.7, stca 40.0 scoring every step and 45.6 reusing at 0.9 or 0.7; at 32K sketch
+    // and stca decode 4.66x / 5.17x dense on 16 CPU threads (auto 3.76x), at 16K 3.13x / 3.62x
+    // on 2 (auto 2.83x). A reused stca selection adds its votes to the importance again
+    // (bench/RESULTS.md, "Sketch and stca reuse selections").
     p.scorer = ScorerKind::sketch;
     p.prefill = PrefillMode::chunk;
     p.theta = 0.7f;

@@ -203,7 +203,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     plan.active = false;
     plan.compact = false;
     plan.rt = false;
-    plan.n_kept.clear();
+    plan.kept.clear();
     if (batch[i].sparse && window == 0 && batch[i].sparse->head_plan()) {
       // RTPurbo: the group's local heads read sinks + window, its retrieval heads every key
       // (prefill) or their decode key set; no key split (the sets are small or the step short).
@@ -256,17 +256,12 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       auto key_range = [&](int32_t k0, int32_t k1) {
         if (!list) return KeySet{nullptr, 0, k0, k1};
         KeySet ks{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0};
-        const int32_t kept = h < static_cast<int>(plan.n_kept.size()) ? plan.n_kept[h] : 0;
-        if (kept > k0) {
-          uint16_t* k = plan.kept_k[h] + int64_t{k0} * hp.head_dim;
-          uint16_t* v = plan.kept_v[h] + int64_t{k0} * hp.head_dim;
-          ks.kept_k = k;
-          ks.kept_v = v;
-          if (plan.kept_fill[h]) {
-            ks.fill_k = k;
-            ks.fill_v = v;
-          }
-          ks.n_kept = std::min(kept, k1) - k0;
+        const EntryPlan::Kept kept = h < static_cast<int>(plan.kept.size()) ? plan.kept[h] : EntryPlan::Kept{};
+        if (kept.n > k0) {
+          ks.kept_k = kept.k + int64_t{k0} * hp.head_dim;
+          ks.kept_v = kept.v + int64_t{k0} * hp.head_dim;
+          ks.n_kept = std::min(kept.n, k1) - k0;
+          ks.fill = kept.fill;
         }
         return ks;
       };

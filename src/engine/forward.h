@@ -79,12 +79,16 @@ class Forward {
     bool active = false;   // read key sets instead of every key
     bool compact = false;  // renumbered positions: key i of keys[h] at position i (re-rotated in attention)
     std::vector<std::vector<int32_t>> keys;  // [n_kv_head] ascending stream indices
-    // keep_rows: per KV head, the first n_kept keys of keys[h] read from their contiguous copy
-    // (KeySet::kept_k), or written to it while attention reads them (kept_fill[h]: a new
-    // selection; KeySet::fill_k); n_kept[h] == 0: neither.
-    std::vector<uint16_t*> kept_k, kept_v;
-    std::vector<int32_t> n_kept;
-    std::vector<char> kept_fill;
+    // keep_rows: per KV head, the first n keys of keys[h] read from their contiguous copy
+    // (KeySet::kept_k), or written to it while attention reads them (fill: a new selection);
+    // n == 0: neither.
+    struct Kept {
+      uint16_t* k = nullptr;
+      uint16_t* v = nullptr;
+      int32_t n = 0;
+      bool fill = false;
+    };
+    std::vector<Kept> kept;  // [n_kv_head], or empty
     // RTPurbo (the entry's policy has a head plan): per KV head, the group's local and
     // retrieval query heads (indices inside the group), and whether the retrieval heads read
     // the list keys[kv_head] (decode selection) instead of every key.
@@ -94,7 +98,7 @@ class Forward {
     std::vector<char> rt_list;
   };
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
-  // keep_rows: point plan.kept_* of KV head hk at the copy of its key set's first n keys made
+  // keep_rows: point plan.kept[hk] at the copy of its key set's first n keys made
   // for the selection `generation`; if there is none yet, this step's attention fills it.
   void keep_rows(int layer, size_t entry, int32_t hk, int32_t n, uint32_t generation, bool compact, EntryPlan& plan);
   void write_sketches(int layer, std::span<const BatchEntry> batch);

@@ -94,19 +94,13 @@ void Forward::keep_rows(int il, size_t ei, int32_t hk, int32_t n, uint32_t gener
     r.generation = generation;
     r.compact = compact;  // valid once this step's attention has read the keys
   }
-  plan.kept_k[hk] = r.k;
-  plan.kept_v[hk] = r.v;
-  plan.n_kept[hk] = n;
-  plan.kept_fill[hk] = fill;
+  plan.kept[hk] = {r.k, r.v, n, fill};
 }
 
 void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
   plan.active = false;
   plan.compact = false;
-  plan.n_kept.assign(model_.hp.n_head_kv, 0);
-  plan.kept_k.assign(model_.hp.n_head_kv, nullptr);
-  plan.kept_v.assign(model_.hp.n_head_kv, nullptr);
-  plan.kept_fill.assign(model_.hp.n_head_kv, 0);
+  plan.kept.assign(model_.hp.n_head_kv, {});
   const BatchEntry& e = batch_[ei];
   SparseSeq& sp = *e.sparse;
   const PolicyConfig& P = sp.policy();

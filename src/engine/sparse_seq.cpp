@@ -22,6 +22,7 @@ SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
 }
 
 void SparseSeq::reset() {
+  kept_arena_ = HugeBuffer();  // the kept rows go with the layers that point into them
   for (SparseLayerState& L : layers_) {
     L = SparseLayerState{};
     L.fingerprint.assign(static_cast<size_t>(n_units_) * head_dim_, 0.0f);

@@ -55,7 +55,7 @@ class SparseSeq {
  public:
   SparseSeq(PolicyConfig resolved, const ModelHParams& hp);
   const PolicyConfig& policy() const { return policy_; }
-  // Forget every layer's cache, importance and bounds (after preemption the KV is rebuilt).
+  // Forget every layer's cache, importance, bounds and kept rows (freeing their arena).
   void reset();
   // Whether selected tokens are renumbered now (positions=compact, or auto beyond training).
   bool compact(int32_t n_tokens) const;

@@ -286,7 +286,7 @@ struct TileGather {
     }
 #endif
     for (int t = 0; t < n; ++t) {
-      if (c0 + t < keys.n_kept && !keys.fill_k) {
+      if (c0 + t < keys.n_kept && !keys.fill) {
         const int64_t row = int64_t{c0 + t} * d;
         f16_to_f32_row(keys.kept_k + row, kt + t * d, d);
         if (vt) f16_to_f32_row(keys.kept_v + row, vt + t * d, d);
@@ -306,7 +306,7 @@ struct TileGather {
   SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
     const int32_t c_end = std::min(n_keys, c0 + n + kTile);
     int t = 0;
-    const int32_t n_read = keys.fill_k ? 0 : keys.n_kept;
+    const int32_t n_read = keys.fill ? 0 : keys.n_kept;
     for (; t < n && c0 + t < n_read; ++t) {  // kept rows: contiguous, prefetched by the hardware
       const int32_t c = c0 + t;
       row_avx2(keys.kept_k + int64_t{c} * d, kt + t * d);
@@ -409,11 +409,11 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
       const int n = std::min<int32_t>(kTile, to - c0);
       int64_t shift = 0;
       // Filling kept rows: every key of the tile is rotated (no turned query), then written.
-      const int n_fill = keys.fill_k ? std::clamp(keys.n_kept - c0, 0, n) : 0;
+      const int n_fill = keys.fill ? std::clamp(keys.n_kept - c0, 0, n) : 0;
       gather(c0, n, kt.data(), vt.data(), kpos, keys.rot && n_fill == 0 ? &shift : nullptr);
       if (n_fill > 0) {
-        f32_to_f16_row(kt.data(), keys.fill_k + int64_t{c0} * d, int64_t{n_fill} * d);
-        f32_to_f16_row(vt.data(), keys.fill_v + int64_t{c0} * d, int64_t{n_fill} * d);
+        f32_to_f16_row(kt.data(), keys.kept_k + int64_t{c0} * d, int64_t{n_fill} * d);
+        f32_to_f16_row(vt.data(), keys.kept_v + int64_t{c0} * d, int64_t{n_fill} * d);
       }
       if (shift != 0 && shift != qt_shift) {
         for (int64_t r = r0; r < r1; ++r) {

@@ -50,9 +50,9 @@ class RopeRotator;
 // Kept rows (keep_rows): with n_kept > 0 the first n_kept keys of the set are read from
 // contiguous f16 rows, kept_k / kept_v + c * head_dim, already rotated to the positions they are
 // attended at (a reused selection's copy: sequential reads, no re-rotation; their positions
-// still come from idx and the store, or pos_base + c). With fill set instead, attend() writes
-// those rows there as it reads them from the store (K re-rotated, then rounded to f16): the
-// step that makes a selection leaves its copy behind at no extra read.
+// still come from idx and the store, or pos_base + c). With `fill`, attend() writes those rows
+// there instead as it reads them from the store (K re-rotated, then rounded to f16): the step
+// that makes a selection leaves its copy behind at no extra read.
 // A tile whose keys all need the same rotation (consecutive tokens: the window, a dense run of
 // picks) is read as stored and the query is turned the other way instead.
 // With `fixed`, every key takes position pos_base instead (selection scores free of RoPE
@@ -67,11 +67,10 @@ struct KeySet {
   const RopeRotator* rot = nullptr;
   int32_t pos_base = 0;
   bool fixed = false;
-  const uint16_t* kept_k = nullptr;
-  const uint16_t* kept_v = nullptr;
+  uint16_t* kept_k = nullptr;
+  uint16_t* kept_v = nullptr;
   int32_t n_kept = 0;
-  uint16_t* fill_k = nullptr;
-  uint16_t* fill_v = nullptr;
+  bool fill = false;
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`

@@ -258,10 +258,7 @@ std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv,
       part.kept_k = kept_k + int64_t{k0} * d;
       part.kept_v = kept_v + int64_t{k0} * d;
       part.n_kept = std::min(n_kept, k1) - k0;
-      if (fill) {
-        part.fill_k = kept_k + int64_t{k0} * d;
-        part.fill_v = kept_v + int64_t{k0} * d;
-      }
+      part.fill = fill;
     }
     if (k0 == 0) {
       attend(aq, kv, part, oa.data(), ma.data(), la.data());
@@ -317,7 +314,7 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
 }
 
 // Kept rows (keep_rows). The attention that first reads a scattered list fills the copy of
-// its first n_kept keys (KeySet::fill_k), whole or split into segments alike, and the attention
+// its first n_kept keys (KeySet::fill), whole or split into segments alike, and the attention
 // that reads the copy instead (KeySet::kept_k) equals the gather: bit for bit under original
 // positions (the copy is exact); under compact positions it equals attending over a copy of
 // every key re-rotated to its compact position and rounded to f16, and stays close to the
@@ -344,8 +341,9 @@ TEST(Attend, KeptRowsEqualTheGather) {
     // The filling attention: its own result is the gather's, and a split fill writes the same copy.
     std::vector<uint16_t> kk(static_cast<size_t>(n_sel) * d), kv(kk.size());
     KeySet fill{idx.data(), n_sel, 0, 0, r, 0};
-    fill.kept_k = fill.fill_k = kk.data();
-    fill.kept_v = fill.fill_v = kv.data();
+    fill.kept_k = kk.data();
+    fill.kept_v = kv.data();
+    fill.fill = true;
     fill.n_kept = n_sel;
     std::vector<float> filled(q.size());
     attend(aq, h.view(), fill, filled.data());

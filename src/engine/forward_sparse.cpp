@@ -208,9 +208,10 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       picked_abs = L.picked[u];
       for (int32_t j = std::max(c0, L.picked_end[u]); j < pick_end; ++j) picked_abs.push_back(j);
       if (P.evicts()) {  // the reused selection's votes count for this query too
+        // (votes are empty unless the step that made them had more keys than sinks, so they
+        // start at the sinks' end then as now)
         const std::vector<float>& v = L.votes[u];
-        float* imp = L.importance.data() + L.votes_begin[u];
-        for (size_t j = 0; j < v.size(); ++j) imp[j] += v[j];
+        for (size_t j = 0; j < v.size(); ++j) L.importance[c0 + j] += v[j];
       }
     } else if (P.scorer == ScorerKind::none) {
       picked_abs.clear();
@@ -333,7 +334,6 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
           L.importance[c0 + j] += add;
           if (use_cache) v[j] = add;
         }
-        L.votes_begin[u] = c0;
       }
       if (select_now) {
         std::vector<float> pooled;

@@ -32,7 +32,6 @@ void SparseSeq::reset() {
     L.has_pick.assign(n_units_, 0);
     L.generation.assign(n_units_, 0);
     L.votes.assign(n_units_, {});
-    L.votes_begin.assign(n_units_, 0);
     L.kept.assign(n_kv_head_, {});
   }
 }

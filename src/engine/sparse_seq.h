@@ -42,10 +42,9 @@ struct SparseLayerState {
   std::vector<KeptRows> kept;                 // [n_kv_head] (sized by SparseSeq::reset)
   std::vector<float> importance;              // [stream tokens] eviction policies
   // Eviction policies with the selection cache: per unit, what its last selection added to
-  // `importance` (from stream index votes_begin[u] on); a step that reuses the selection adds
-  // it again, as the scores of the query it stands for.
+  // `importance` (from the first token after the sinks on); a step that reuses the selection
+  // adds it again, as the scores of the query it stands for.
   std::vector<std::vector<float>> votes;      // [n_units]
-  std::vector<int32_t> votes_begin;           // [n_units]
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
   std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
   int32_t n_blocks = 0;

@@ -164,7 +164,7 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
       tokens += len;
     }
   }
-  if (block > 1 || p > 0.0f) std::sort(chosen.begin(), chosen.end());  // top_indices' are ascending
+  if (block > 1) std::sort(chosen.begin(), chosen.end());  // in rank order; top_indices' are ascending
   std::vector<int32_t> out;
   for (int32_t b : chosen) {
     for (int32_t j = b * block; j < std::min(n, (b + 1) * block); ++j) out.push_back(j);

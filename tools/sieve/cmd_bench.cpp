@@ -5,6 +5,10 @@
 // greedy tokens right after that prompt, each a forward of one token; --warmup runs, then
 // the median of --reps runs. The prompt is token ids cycling through the vocabulary, or the
 // tokens of --file repeated to the length (real text, for sparse policies).
+// On the CPU every policy prefills its own copy of the prompt (each in its own KV store, all
+// held at once), then the policies decode in turns of --round tokens, so the decode ratios
+// compare steps that ran side by side rather than minutes apart on a machine whose speed
+// drifts.
 #include <fstream>
 #include <sstream>
 
@@ -39,6 +43,7 @@ struct BenchOptions {
   int32_t n_batch = 512;
   int32_t reps = 3;
   int32_t warmup = 1;
+  int32_t round = 16;  // decode tokens per turn when the policies alternate (0: all at once)
   std::vector<std::string> policies = {"dense"};
   std::vector<std::string> sets;  // knobs applied to every policy but dense
   std::string head_plan;          // --head-plan: head_plan of the rtpurbo policy
@@ -62,6 +67,150 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// One policy's state in a CPU bench: its KV store (layout and sketch keys as the policy needs),
+// forward pass, and the current repetition's sequence; timings accumulate per length.
+class PolicyRun {
+ public:
+  PolicyRun(const Model& model, ThreadPool& pool, const PolicyPtr& policy, const PolicyPtr& dense_prefill,
+            const BenchOptions& o, int32_t n_ctx)
+      : model_(model), policy_(policy), dense_prefill_(dense_prefill),
+        sketch_(sketch_spec_for(*policy, model.hp)), layout_(kv_layout_for(policy.get(), model.hp)),
+        kv_(make_store(model, *policy, dense_prefill.get(), o, n_ctx, sketch_, layout_)),
+        fwd_(model, pool, kv_, &sketch_) {}
+
+  void begin_length(int32_t len) {
+    resolved_ = resolve_auto(*policy_, len);
+    pf_.clear();
+    dc_.clear();
+  }
+
+  void prefill(const std::vector<int32_t>& prompt, int32_t len, int32_t n_batch) {
+    auto added = kv_.add_sequence({});
+    if (!added) throw UserError(added.message());
+    seq_ = added->seq;
+    sp_.reset();
+    pre_.reset();
+    if (!resolved_.is_dense()) sp_ = std::make_unique<SparseSeq>(resolved_, model_.hp);
+    if (resolved_.is_dense() && dense_prefill_) pre_ = std::make_unique<SparseSeq>(*dense_prefill_, model_.hp);
+    for (SparseSeq* s : {sp_.get(), pre_.get()}) {
+      if (s) s->prompt_tokens = len;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).
+    const int32_t chunk = prefill_chunk_for(pre_ ? pre_->policy() : resolved_, len, n_batch);
+    for (int32_t i = 0; i < len; i += chunk) step(std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i)), pre_ ? pre_.get() : sp_.get());
+    prefill_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    select_ns0_ = sp_ ? sp_->stats.select_ns : 0;
+    attn_ns0_ = fwd_.attention_ns();
+    decode_s_ = 0;
+    tok_ = argmax(logits_);
+    checksum_ = kFnvBasis;
+  }
+
+  // n greedy tokens, timed.
+  void decode(int32_t n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int32_t g = 0; g < n; ++g) {
+      step(std::span<const int32_t>(&tok_, 1), sp_.get());
+      tok_ = argmax(logits_);
+      checksum_ = (checksum_ ^ static_cast<uint32_t>(tok_)) * kFnvPrime;
+    }
+    decode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // Ends the repetition: records its figures when measured, frees the sequence.
+  void finish(bool measured, int32_t len, int32_t n_decode) {
+    kv_bytes_ = kv_bytes_held(kv_, seq_, sp_.get());
+    last_ = sp_ ? sp_->stats : SparseStats{};
+    decode_select_ns_ = last_.select_ns - select_ns0_;
+    decode_attn_ns_ = fwd_.attention_ns() - attn_ns0_;
+    if (pre_) last_.add(pre_->stats);
+    if (Status s = kv_.free_sequence(seq_); !s) throw UserError(s.message());
+    if (!measured) return;
+    pf_.push_back(len / prefill_s_);
+    dc_.push_back(n_decode / decode_s_);
+  }
+
+  nlohmann::json report(int32_t nt, int32_t len, int32_t n_decode, const std::string& dense_prefill) const {
+    // Per decoded token, the last repetition's: planning, and attention with its planning.
+    const double select_ms = decode_select_ns_ / 1e6 / n_decode, attn_ms = decode_attn_ns_ / 1e6 / n_decode;
+    const std::string prefill_policy =
+        resolved_.is_dense() && !dense_prefill.empty() ? dense_prefill : resolved_.describe();
+    nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf_)}, {"ttft_ms", 1000.0 * len / median(pf_)},
+                        {"decode_tok_s", median(dc_)}, {"n_decode", n_decode},
+                        {"decode_tokens_fnv", checksum_},
+                        {"policy", resolved_.describe()}, {"kv_bytes", kv_bytes_},
+                        {"prefill_policy", prefill_policy},
+                        {"selected_fraction", last_.selected_fraction()},
+                        {"mean_selected_tokens", last_.mean_selected()},
+                        {"selection_cache_hit_rate", last_.hit_rate()},
+                        {"decode_select_ms_per_token", select_ms},
+                        {"decode_attention_ms_per_token", attn_ms},
+                        {"tokens_evicted", last_.tokens_evicted},
+                        {"prefill_row_fraction", last_.prefill_row_fraction()},
+                        {"prefill_tokens_dropped", last_.prefill_dropped}};
+    log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} ms/token in "
+             "attention, {:.2f} of it planning sparse attention), read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, "
+             "KV {:.1f} MiB",
+             nt, len, resolved_.describe(), median(pf_), 1000.0 * len / median(pf_), median(dc_),
+             attn_ms, select_ms, 100 * last_.selected_fraction(), 100 * last_.hit_rate(),
+             100 * last_.prefill_row_fraction(), kv_bytes_ / 1048576.0);
+    return r;
+  }
+
+ private:
+  static KvStore make_store(const Model& model, const PolicyConfig& policy, const PolicyConfig* dense_prefill,
+                            const BenchOptions& o, int32_t n_ctx, const SketchProjection& sketch,
+                            const std::vector<KvCapacity>& layout) {
+    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench", &layout);
+    kc.sketch_dim = sketch.spec().dim;
+    int64_t max_chunk = o.n_batch;
+    for (int32_t len : o.lengths) {
+      max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(resolve_auto(policy, len), len, o.n_batch));
+      if (dense_prefill) max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
+    }
+    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
+    kc.prefix_cache = false;
+    auto store = KvStore::create(kc);
+    if (!store) throw UserError(store.message());
+    return std::move(*store);
+  }
+
+  void step(std::span<const int32_t> tokens, SparseSeq* sparse) {
+    BatchEntry e;
+    e.seq = seq_;
+    e.tokens = tokens;
+    e.sparse = sparse;
+    reserve_or_throw(kv_, seq_, e.tokens);
+    Status s = fwd_.run(std::span<const BatchEntry>(&e, 1), logits_);
+    if (!s) throw UserError(s.message());
+    if (sp_) {
+      if (Status es = sparse_after_step(kv_, seq_, *sp_, model_.hp); !es) throw UserError(es.message());
+    }
+  }
+
+  const Model& model_;
+  PolicyPtr policy_, dense_prefill_;
+  SketchProjection sketch_;
+  std::vector<KvCapacity> layout_;
+  KvStore kv_;
+  Forward fwd_;
+  PolicyConfig resolved_;
+  KvSeqId seq_{};
+  std::unique_ptr<SparseSeq> sp_, pre_;
+  std::vector<float> logits_;
+  int32_t tok_ = 0;
+  // FNV-1a over the greedy tokens decoded (the last repetition's): the same for a policy
+  // whatever the --round, since each policy's state is its own.
+  static constexpr uint64_t kFnvBasis = 14695981039346656037ull, kFnvPrime = 1099511628211ull;
+  uint64_t checksum_ = kFnvBasis;
+  double prefill_s_ = 0, decode_s_ = 0;
+  int64_t select_ns0_ = 0, attn_ns0_ = 0;
+  std::vector<double> pf_, dc_;
+  SparseStats last_;
+  int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0;
+};
 
 int run(BenchOptions o) {
   ModelOptions mo = o.model;
@@ -103,111 +252,35 @@ int run(BenchOptions o) {
     o.threads.clear();
   }
   for (int32_t nt : o.threads) {
-   ThreadPool pool(nt);
-   for (const PolicyPtr& policy : policies) {
-    // No prefix cache: every repetition must compute its prompt.
-    if (Status st = check_policy_for_model(*policy, model.hp); !st) throw UserError(st.message());
-    SketchProjection sketch(sketch_spec_for(*policy, model.hp));
-    // rtpurbo: layers without a retrieval head keep only sinks + window.
-    const std::vector<KvCapacity> layout = kv_layout_for(policy.get(), model.hp);
-    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench", &layout);
-    kc.sketch_dim = sketch.spec().dim;
-    int64_t max_chunk = o.n_batch;
-    for (int32_t len : o.lengths) {
-      max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(resolve_auto(*policy, len), len, o.n_batch));
-      if (dense_prefill) max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
+    ThreadPool pool(nt);
+    // Every policy has its own KV store and forward pass, all alive at once, so that their
+    // decode steps can alternate (below).
+    std::vector<std::unique_ptr<PolicyRun>> runs;
+    for (const PolicyPtr& policy : policies) {
+      // No prefix cache: every repetition must compute its prompt.
+      if (Status st = check_policy_for_model(*policy, model.hp); !st) throw UserError(st.message());
+      runs.push_back(std::make_unique<PolicyRun>(model, pool, policy, dense_prefill, o, n_ctx));
     }
-    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
-    kc.prefix_cache = false;
-    auto store = KvStore::create(kc);
-    if (!store) throw UserError(store.message());
-    KvStore& kv = *store;
-    Forward fwd(model, pool, kv, &sketch);
     for (int32_t len : o.lengths) {
-      std::vector<double> pf, dc;
-      SparseStats last;
-      int64_t kv_bytes = 0;
-      int64_t decode_select_ns = 0;  // planning sparse attention during decode (last repetition)
-      int64_t decode_attn_ns = 0;    // planning + attention during decode (last repetition)
-      const PolicyConfig resolved = resolve_auto(*policy, len);
+      for (auto& r : runs) r->begin_length(len);
       for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {  // rep <= 0: warm-up
-        auto added = kv.add_sequence({});
-        if (!added) throw UserError(added.message());
-        const KvSeqId seq = added->seq;
-        std::unique_ptr<SparseSeq> sp, pre;
-        if (!resolved.is_dense()) sp = std::make_unique<SparseSeq>(resolved, model.hp);
-        if (resolved.is_dense() && dense_prefill) pre = std::make_unique<SparseSeq>(*dense_prefill, model.hp);
-        for (SparseSeq* s : {sp.get(), pre.get()}) {
-          if (s) s->prompt_tokens = len;
+        for (auto& r : runs) r->prefill(prompt, len, o.n_batch);
+        // Decode in rounds of --round tokens, the policies taking turns (the first of a round
+        // moves on by one each round), so a machine that slows down for a while slows every
+        // policy alike and the ratios compare steps that ran side by side.
+        const int32_t round = o.round > 0 ? o.round : o.n_decode;
+        int32_t done = 0;
+        for (int32_t k = 0; done < o.n_decode; ++k, done += round) {
+          const int32_t n = std::min(round, o.n_decode - done);
+          for (size_t i = 0; i < runs.size(); ++i) runs[(i + k) % runs.size()]->decode(n);
         }
-        std::vector<float> logits;
-        auto t0 = std::chrono::steady_clock::now();
-        // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).
-        const int32_t chunk = prefill_chunk_for(pre ? pre->policy() : resolved, len, o.n_batch);
-        for (int32_t i = 0; i < len; i += chunk) {
-          BatchEntry e;
-          e.seq = seq;
-          e.tokens = std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i));
-          e.sparse = pre ? pre.get() : sp.get();
-          reserve_or_throw(kv, seq, e.tokens);
-          Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
-          if (!s) throw UserError(s.message());
-          if (sp) {
-            if (Status es = sparse_after_step(kv, seq, *sp, model.hp); !es) throw UserError(es.message());
-          }
-        }
-        auto t1 = std::chrono::steady_clock::now();
-        const int64_t select_ns_prefill = sp ? sp->stats.select_ns : 0;
-        const int64_t attn_ns_prefill = fwd.attention_ns();
-        int32_t tok = argmax(logits);
-        for (int32_t g = 0; g < o.n_decode; ++g) {
-          BatchEntry e;
-          e.seq = seq;
-          e.tokens = std::span<const int32_t>(&tok, 1);
-          e.sparse = sp.get();
-          reserve_or_throw(kv, seq, e.tokens);
-          Status s = fwd.run(std::span<const BatchEntry>(&e, 1), logits);
-          if (!s) throw UserError(s.message());
-          if (sp) {
-            if (Status es = sparse_after_step(kv, seq, *sp, model.hp); !es) throw UserError(es.message());
-          }
-          tok = argmax(logits);
-        }
-        auto t2 = std::chrono::steady_clock::now();
-        kv_bytes = kv_bytes_held(kv, seq, sp.get());
-        last = sp ? sp->stats : SparseStats{};
-        decode_select_ns = last.select_ns - select_ns_prefill;
-        decode_attn_ns = fwd.attention_ns() - attn_ns_prefill;
-        if (pre) last.add(pre->stats);
-        if (Status s = kv.free_sequence(seq); !s) throw UserError(s.message());
-        if (rep <= 0) continue;
-        pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
-        dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());
+        for (auto& r : runs) r->finish(rep > 0, len, o.n_decode);
       }
-      // Per decoded token, the last repetition's: planning, and attention with its planning.
-      const double select_ms = decode_select_ns / 1e6 / o.n_decode, attn_ms = decode_attn_ns / 1e6 / o.n_decode;
-      nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf)}, {"ttft_ms", 1000.0 * len / median(pf)},
-                          {"decode_tok_s", median(dc)}, {"n_decode", o.n_decode},
-                          {"policy", resolved.describe()}, {"kv_bytes", kv_bytes},
-                          {"prefill_policy", resolved.is_dense() && !o.dense_prefill.empty() ? o.dense_prefill
-                                                                                        : resolved.describe()},
-                          {"selected_fraction", last.selected_fraction()},
-                          {"mean_selected_tokens", last.mean_selected()},
-                          {"selection_cache_hit_rate", last.hit_rate()},
-                          {"decode_select_ms_per_token", select_ms},
-                          {"decode_attention_ms_per_token", attn_ms},
-                          {"tokens_evicted", last.tokens_evicted},
-                          {"prefill_row_fraction", last.prefill_row_fraction()},
-                          {"prefill_tokens_dropped", last.prefill_dropped}};
-      log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} ms/token in "
-               "attention, {:.2f} of it planning sparse attention), read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, "
-               "KV {:.1f} MiB",
-               nt, len, resolved.describe(), median(pf), 1000.0 * len / median(pf), median(dc),
-               attn_ms, select_ms, 100 * last.selected_fraction(), 100 * last.hit_rate(),
-               100 * last.prefill_row_fraction(), kv_bytes / 1048576.0);
-      results.push_back(r);
+      for (auto& r : runs) {
+        const nlohmann::json row = r->report(nt, len, o.n_decode, o.dense_prefill);
+        results.push_back(row);
+      }
     }
-   }
   }
   // Side-by-side ratios to dense at the same threads and length.
   for (auto& r : results) {
@@ -239,6 +312,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--batch", o->n_batch, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--reps", o->reps, "measured repetitions (median reported)")->check(CLI::Range(1, 100));
   app.add_option("--warmup", o->warmup, "warm-up runs before measuring")->check(CLI::Range(0, 10));
+  app.add_option("--round", o->round,
+                 "decode tokens per turn: the policies' decode steps alternate in rounds of this many, so "
+                 "that their ratios compare steps run side by side (0: each policy decodes all at once)")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--policies", o->policies, "attention policies to compare, each NAME or NAME:key=value:... (dense first for ratios)")->delimiter(',');
   app.add_option("--set", o->sets, "policy knob key=value for every policy but dense (repeatable)");
   app.add_option("--head-plan", o->head_plan, "head plan of the rtpurbo policy (sieve calibrate)");

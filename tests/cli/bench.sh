@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# sieve bench on the real model, small and fast: the policies' decode steps alternate in
+# rounds (--round), and that must not change what any policy decodes - each keeps its own KV
+# store, sparse state and logits. Skipped (77) without smollm2.gguf.
+set -u
+SIEVE=${1:?usage: bench.sh path/to/sieve [model.gguf]}
+MODEL=${2:-}
+if [ -z "$MODEL" ]; then
+  for d in "${SIEVE_TEST_MODEL_DIR:-}" "${SIEVE_HOME:-}/models" "$HOME/.cache/sieve/models" /tmp/models; do
+    if [ -n "$d" ] && [ -f "$d/smollm2.gguf" ]; then MODEL="$d/smollm2.gguf"; break; fi
+  done
+fi
+[ -n "$MODEL" ] || { echo "smollm2.gguf not found; skipped"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+check() {  # name, condition result
+  if [ "$2" -ne 0 ]; then echo "FAIL $1"; fail=$((fail + 1)); else echo "ok   $1"; fi
+}
+
+# Below the selection threshold every sparse preset attends densely, so the test lowers it:
+# tokenselect with top_k 8 (+ 2 sinks + 4 recent) selects, and stca with a 64-token KV budget
+# also evicts, from the first decode step of a 300-token prompt of real text - tight enough
+# that the three policies decode three different continuations, so a policy that read
+# another's state would show.
+TEXT=$(dirname "$0")/../../examples/lighthouse-report.txt
+bench() {
+  "$SIEVE" -q bench -m "$MODEL" --threads-list 2 --lengths 300 --n-decode 24 --reps 1 --warmup 0 -f "$TEXT" \
+    --policies dense,tokenselect:top_k=8:sinks=2:local=4,stca:top_k=8:sinks=2:local=4:kv_budget=64 "$@"
+}
+bench --round 0 >"$tmp/all.json" 2>"$tmp/err"
+check "bench runs, policies one after another" $?
+bench --round 1 >"$tmp/alt.json" 2>>"$tmp/err"
+check "bench runs, policies taking turns token by token" $?
+python3 - "$tmp/all.json" "$tmp/alt.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["results"] for p in sys.argv[1:3])
+key = lambda r: (r["policy"], r["prompt_tokens"])
+fa = {key(r): r["decode_tokens_fnv"] for r in a}
+fb = {key(r): r["decode_tokens_fnv"] for r in b}
+assert len(fa) == 3 and fa == fb, (fa, fb)
+assert len(set(fa.values())) == 3, fa  # three different continuations
+sel = [r for r in b if r["policy"] != "dense"]
+assert all(r["selected_fraction"] < 0.2 for r in sel), [r["selected_fraction"] for r in sel]
+assert any(r["tokens_evicted"] > 0 for r in sel), [r["tokens_evicted"] for r in sel]
+PY
+check "each policy decodes the same tokens either way; the three differ; sparse ones select, stca evicts" $?
+
+[ "$fail" -eq 0 ] || { cat "$tmp/err"; exit 1; }

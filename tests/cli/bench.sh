@@ -4,20 +4,8 @@
 # store, sparse state and logits. Skipped (77) without smollm2.gguf.
 set -u
 SIEVE=${1:?usage: bench.sh path/to/sieve [model.gguf]}
-MODEL=${2:-}
-if [ -z "$MODEL" ]; then
-  for d in "${SIEVE_TEST_MODEL_DIR:-}" "${SIEVE_HOME:-}/models" "$HOME/.cache/sieve/models" /tmp/models; do
-    if [ -n "$d" ] && [ -f "$d/smollm2.gguf" ]; then MODEL="$d/smollm2.gguf"; break; fi
-  done
-fi
+. "$(dirname "$0")/common.sh" "${2:-}"
 [ -n "$MODEL" ] || { echo "smollm2.gguf not found; skipped"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-
-check() {  # name, condition result
-  if [ "$2" -ne 0 ]; then echo "FAIL $1"; fail=$((fail + 1)); else echo "ok   $1"; fi
-}
 
 # Below the selection threshold every sparse preset attends densely, so the test lowers it:
 # tokenselect with top_k 8 (+ 2 sinks + 4 recent) selects, and stca with a 64-token KV budget

@@ -4,16 +4,8 @@
 set -u
 SIEVE=${1:?usage: errors.sh path/to/sieve}
 # The real model for the cases that need one: $2, else the test model directories.
-MODEL=${2:-}
-if [ -z "$MODEL" ]; then
-  for d in "${SIEVE_TEST_MODEL_DIR:-}" "${SIEVE_HOME:-}/models" "$HOME/.cache/sieve/models" /tmp/models; do
-    if [ -n "$d" ] && [ -f "$d/smollm2.gguf" ]; then MODEL="$d/smollm2.gguf"; break; fi
-  done
-fi
+. "$(dirname "$0")/common.sh" "${2:-}"
 [ -n "$MODEL" ] || echo "note: smollm2.gguf not found; the real-model cases are skipped"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
 pass=0
 
 expect_user_error() {  # name, expected substring, command...

@@ -72,8 +72,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One policy's state in a CPU bench: its KV store (layout and sketch keys as the policy needs),
-// forward pass, and the current repetition's sequence; timings accumulate per length.
+// One policy's state in a CPU bench: its KV store (layout and sketch keys as the policy needs;
+// rtpurbo's layers without a retrieval head keep only sinks + window), forward pass, and the
+// current repetition's sequence; timings accumulate per length.
 class PolicyRun {
  public:
   PolicyRun(const Model& model, ThreadPool& pool, const PolicyPtr& policy, const PolicyPtr& dense_prefill,

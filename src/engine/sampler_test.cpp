@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 namespace sieve {
@@ -16,6 +18,31 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   Sampler s(p);
   auto l = logits_of({0.1f, 3.0f, 3.0f, -1.0f});
   EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+// argmax against the plain scan it replaced (first strictly greater value wins) on rows with
+// ties, NaNs, signed zeros and every length around the 8-lane blocks.
+TEST(Sampler, ArgmaxMatchesAFirstGreaterScan) {
+  auto scan = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i) {
+      if (v[i] > v[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  std::mt19937 rng(3);
+  for (int t = 0; t < 3000; ++t) {
+    std::vector<float> v(1 + rng() % 70);
+    for (float& x : v) {
+      const uint32_t r = rng() % 9;
+      x = r == 0 ? std::nanf("") : r == 1 ? -0.0f : static_cast<float>(static_cast<int>(rng() % 5) - 2);
+    }
+    ASSERT_EQ(argmax(v), scan(v)) << "row " << t;
+  }
+  std::vector<float> big(49152, -1.0f);
+  big[40000] = 2.0f;
+  big[45000] = 2.0f;
+  EXPECT_EQ(argmax(big), 40000);
 }
 
 TEST(Sampler, SameSeedSameOutputDifferentSeedDiffers) {

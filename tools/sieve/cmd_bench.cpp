@@ -25,6 +25,7 @@
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
+#include "eval/eval_rng.h"
 #include "eval/policies.h"
 #include "backend.h"
 #include "bench_engine.h"
@@ -110,7 +111,7 @@ class PolicyRun {
     attn_ns0_ = fwd_.attention_ns();
     decode_s_ = 0;
     tok_ = argmax(logits_);
-    checksum_ = kFnvBasis;
+    checksum_ = eval::fnv1a64("");
   }
 
   // n greedy tokens, timed.
@@ -119,7 +120,7 @@ class PolicyRun {
     for (int32_t g = 0; g < n; ++g) {
       step(std::span<const int32_t>(&tok_, 1), sp_.get());
       tok_ = argmax(logits_);
-      checksum_ = (checksum_ ^ static_cast<uint32_t>(tok_)) * kFnvPrime;
+      checksum_ = eval::fnv1a64(std::string_view(reinterpret_cast<const char*>(&tok_), sizeof tok_), checksum_);
     }
     decode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -208,8 +209,7 @@ class PolicyRun {
   int32_t tok_ = 0;
   // FNV-1a over the greedy tokens decoded (the last repetition's): the same for a policy
   // whatever the --round, since each policy's state is its own.
-  static constexpr uint64_t kFnvBasis = 14695981039346656037ull, kFnvPrime = 1099511628211ull;
-  uint64_t checksum_ = kFnvBasis;
+  uint64_t checksum_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
   int64_t select_ns0_ = 0, attn_ns0_ = 0;
   std::vector<double> pf_, dc_;
@@ -281,10 +281,7 @@ int run(BenchOptions o) {
         }
         for (auto& r : runs) r->finish(rep > 0, len, o.n_decode);
       }
-      for (auto& r : runs) {
-        const nlohmann::json row = r->report(nt, len, o.n_decode, o.dense_prefill);
-        results.push_back(row);
-      }
+      for (auto& r : runs) results.push_back(r->report(nt, len, o.n_decode, o.dense_prefill));
     }
   }
   // Side-by-side ratios to dense at the same threads and length.

@@ -257,11 +257,24 @@ struct TileGather {
   // skipped. With `uniform` given and every key of the tile at one offset, nothing is rotated:
   // *uniform gets the offset and the caller turns the query by -offset instead (G rows rather
   // than n keys); otherwise *uniform is 0.
-  void rotate_tile(int n, const int64_t* offs, float* kt, int64_t* uniform) const {
+  // With `near` given (selection scores): when every key's offset lies within
+  // RopeRotator::kNear of the first's, *near gets the first's offset and each key turns only
+  // by its distance from it (RopeRotator::rotate_near); the caller turns the query by -*near.
+  void rotate_tile(int n, const int64_t* offs, float* kt, int64_t* uniform, int64_t* near = nullptr) const {
     if (uniform) *uniform = 0;
+    if (near) *near = 0;
     if (!keys.rot) return;
     if (uniform && std::all_of(offs, offs + n, [&](int64_t o) { return o == offs[0]; })) {
       *uniform = offs[0];
+      return;
+    }
+    if (near && std::all_of(offs, offs + n, [&](int64_t o) {
+          return o - offs[0] < RopeRotator::kNear && offs[0] - o < RopeRotator::kNear;
+        })) {
+      int64_t delta[kTile];
+      for (int t = 0; t < n; ++t) delta[t] = offs[t] - offs[0];
+      keys.rot->rotate_near(kt, n, d, delta);
+      *near = offs[0];
       return;
     }
     for (int t = 0; t < n;) {
@@ -277,12 +290,13 @@ struct TileGather {
     offs[t] = 0;
     if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : kv.position(key(c));
   }
-  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* uniform = nullptr) const {
+  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* uniform = nullptr,
+                  int64_t* near = nullptr) const {
     int64_t offs[kTile];
 #if defined(__x86_64__)
     if (avx2) {
       gather_avx2(c0, n, kt, vt, kpos, offs);
-      return rotate_tile(n, offs, kt, uniform);
+      return rotate_tile(n, offs, kt, uniform, near);
     }
 #endif
     for (int t = 0; t < n; ++t) {
@@ -300,7 +314,7 @@ struct TileGather {
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
       note_key(c0 + t, t, page, off, offs, kpos);
     }
-    rotate_tile(n, offs, kt, uniform);
+    rotate_tile(n, offs, kt, uniform, near);
   }
 #if defined(__x86_64__)
   SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
@@ -487,14 +501,26 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
                 const KvHeadView& kv, const KeySet& keys, float* s, int64_t ld) {
   const Kernels& K = kernels();
   const int d = head_dim;
-  thread_local std::vector<float> kt;
+  thread_local std::vector<float> kt, qt;
   kt.resize(static_cast<size_t>(kTile) * d);
+  if (keys.rot) qt.resize(static_cast<size_t>(n_group) * d);
   const TileGather gather(kv, keys, d);
   const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  // Re-rotated keys (pre-RoPE scores: each key turned to position 0): a tile of nearby keys
+  // turns each key by its distance from the tile's first and the query by the first's offset
+  // the other way (G rows per tile rather than an angle sum per key).
+  int64_t qt_shift = 0;
   for (int32_t c0 = 0; c0 < n_keys; c0 += kTile) {
     const int n = std::min<int32_t>(kTile, n_keys - c0);
-    gather(c0, n, kt.data(), nullptr, nullptr);
-    for (int g = 0; g < n_group; ++g) K.scores(q + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
+    int64_t shift = 0;
+    gather(c0, n, kt.data(), nullptr, nullptr, nullptr, keys.rot ? &shift : nullptr);
+    if (shift != 0 && shift != qt_shift) {
+      std::copy(q, q + int64_t{n_group} * d, qt.begin());
+      keys.rot->rotate(qt.data(), n_group, -shift);
+      qt_shift = shift;
+    }
+    const float* qs = shift != 0 ? qt.data() : q;
+    for (int g = 0; g < n_group; ++g) K.scores(qs + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
   }
 }
 

@@ -115,6 +115,30 @@ TEST(Rope, NormAndNeoxRotatePairs) {
   EXPECT_NEAR(na, nx, 1e-5);
 }
 
+// rotate_near (one table row) turns vectors as rotate (angle addition) does, both modes, both
+// signs, with n_rot < head_dim leaving the rest alone.
+TEST(Rope, RotateNearEqualsRotate) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  for (const RopeMode mode : {RopeMode::norm, RopeMode::neox}) {
+    for (const int n_rot : {64, 32}) {
+      const int d = 64;
+      RopeRotator rot(d, n_rot, 10000.0f, mode);
+      const std::vector<int64_t> delta = {0, 1, -1, 31, -31, 517, -900, RopeRotator::kNear - 1, 1 - RopeRotator::kNear};
+      const int n = static_cast<int>(delta.size());
+      std::vector<float> x(static_cast<size_t>(n) * d);
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> near = x, want = x;
+      rot.rotate_near(near.data(), n, d, delta.data());
+      for (int t = 0; t < n; ++t) rot.rotate(want.data() + int64_t{t} * d, 1, delta[t]);
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(near[i], want[i], 2e-6f) << i;
+      for (int t = 0; t < n; ++t) {
+        for (int i = n_rot; i < d; ++i) ASSERT_EQ(near[int64_t{t} * d + i], x[int64_t{t} * d + i]);
+      }
+    }
+  }
+}
+
 TEST(RmsNorm, MatchesFormula) {
   std::vector<float> x = {1, 2, 3, 4}, w = {1, 0.5f, 2, 1}, o(4);
   rms_norm(x.data(), w.data(), 1e-5f, 1, 4, o.data());
@@ -461,28 +485,42 @@ TEST(Attend, CompactWindowTilesTurnTheQuery) {
 // Pre-RoPE selection scores (KeySet::fixed, pos_base 0): every key, stored rotated at its own
 // position, is turned back to position 0, so q . k equals the dot product of the unrotated
 // vectors whatever the key's position - here positions 5..~40K, past any trained window.
+// Pre-RoPE scores: key stride 1 and 20 take the near path (the tile's offset on the query, each
+// key turned by its distance from the tile's first), stride 37 spans more than kNear per tile
+// and turns every key by its whole offset; both RoPE modes.
 TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
+  for (const RopeMode mode : {RopeMode::neox, RopeMode::norm}) {
+    for (const int stride : {37, 20, 1}) {
+      std::mt19937 rng(31);
+      const int d = 64, n = 1000, G = 3;
+      PagedHead h(d, 16, n, rng, stride, 5);  // token j at position 5 + stride j
+      RopeRotator rot(d, d, 10000.0f, mode);
+      rot.reserve(5 + int64_t{stride} * n + 1);
+      std::normal_distribution<float> nd(0, 1);
+      std::vector<float> q(static_cast<size_t>(G) * d);
+      for (auto& x : q) x = nd(rng);
+      std::vector<float> s(static_cast<size_t>(G) * n);
+      key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, &rot, 0, true}, s.data(), n);
+      std::vector<float> k(d);
+      for (int j = 0; j < n; ++j) {
+        f16_to_f32_row(h.view().k_row(j), k.data(), d);
+        const int32_t back = -h.pos[j];
+        rope(k.data(), &back, 1, 1, d, d, 10000.0f, mode);  // the key before RoPE
+        for (int g = 0; g < G; ++g) {
+          double ref = 0;
+          for (int x = 0; x < d; ++x) ref += double{q[g * d + x]} * k[x];
+          ASSERT_NEAR(s[int64_t{g} * n + j], 0.5 * ref, 2e-3) << j << " " << g << " stride " << stride;
+        }
+      }
+    }
+  }
   std::mt19937 rng(31);
   const int d = 64, n = 1000, G = 3;
-  PagedHead h(d, 16, n, rng, 37, 5);  // token j at position 5 + 37 j
-  RopeRotator rot(d, d, 10000.0f, RopeMode::neox);
-  rot.reserve(5 + 37 * n + 1);
+  PagedHead h(d, 16, n, rng, 37, 5);
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> q(static_cast<size_t>(G) * d);
   for (auto& x : q) x = nd(rng);
-  std::vector<float> s(static_cast<size_t>(G) * n);
-  key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, &rot, 0, true}, s.data(), n);
-  std::vector<float> k(d);
-  for (int j = 0; j < n; ++j) {
-    f16_to_f32_row(h.view().k_row(j), k.data(), d);
-    const int32_t back = -h.pos[j];
-    rope(k.data(), &back, 1, 1, d, d, 10000.0f, RopeMode::neox);  // the key before RoPE
-    for (int g = 0; g < G; ++g) {
-      double ref = 0;
-      for (int x = 0; x < d; ++x) ref += double{q[g * d + x]} * k[x];
-      ASSERT_NEAR(s[int64_t{g} * n + j], 0.5 * ref, 2e-3) << j << " " << g;
-    }
-  }
+  std::vector<float> s(static_cast<size_t>(G) * n), k(d);
   // Without the rotator the stored (rotated) keys are scored as they are.
   key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, nullptr, 0, true}, s.data(), n);
   f16_to_f32_row(h.view().k_row(n - 1), k.data(), d);

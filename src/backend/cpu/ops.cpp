@@ -150,6 +150,20 @@ RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode)
   lo_sin_.resize(lo_cos_.size());
   fill(lo_cos_.data(), lo_sin_.data(), 0, 1024, 1);
   reserve(1024);
+  static_assert(kNear == 1024, "rotate_near reads the lo table");
+  if (mode_ == RopeMode::norm) {
+    lane_cos_.resize(static_cast<size_t>(kNear) * 2 * half_);
+    lane_sin_.resize(lane_cos_.size());
+    for (int64_t r = 0; r < kNear; ++r) {
+      for (int i = 0; i < half_; ++i) {
+        const float c = lo_cos_[r * half_ + i], sn = lo_sin_[r * half_ + i];
+        float* lc = lane_cos_.data() + r * 2 * half_ + 2 * i;
+        float* ls = lane_sin_.data() + r * 2 * half_ + 2 * i;
+        lc[0] = c, lc[1] = c;
+        ls[0] = -sn, ls[1] = sn;
+      }
+    }
+  }
 }
 
 void RopeRotator::reserve(int64_t max_abs) {
@@ -230,6 +244,66 @@ void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {
     sn[i] = sign * (ls[i] * hc[i] + lc[i] * hs[i]);
   }
   rotate_pairs(x, n_heads, head_dim_, half_, mode_, cs, sn);
+}
+
+#if defined(__x86_64__)
+namespace {
+// rotate_near's rows: norm mode from the lane tables (x * cos + pair_swap(x) * sin), neox
+// from the lo table (pairs i and i + half).
+SIEVE_AVX2 void rotate_near_avx2(float* x, int n_rows, int64_t stride, const int64_t* delta, int half, bool neox,
+                                 const float* lo_cos, const float* lo_sin, const float* lane_cos,
+                                 const float* lane_sin) {
+  for (int t = 0; t < n_rows; ++t) {
+    const int64_t dl = delta[t];
+    if (dl == 0) continue;
+    const int64_t a = dl < 0 ? -dl : dl;
+    const __m256 sg = _mm256_set1_ps(dl < 0 ? -1.0f : 1.0f);
+    float* v = x + t * stride;
+    if (neox) {
+      const float* c = lo_cos + a * half;
+      const float* sn = lo_sin + a * half;
+      for (int i = 0; i < half; i += 8) {
+        const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_mul_ps(sg, _mm256_loadu_ps(sn + i));
+        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+        _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, cv, _mm256_mul_ps(x1, sv)));
+        _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, sv, _mm256_mul_ps(x1, cv)));
+      }
+      continue;
+    }
+    const float* c = lane_cos + a * 2 * half;
+    const float* sn = lane_sin + a * 2 * half;
+    for (int i = 0; i < 2 * half; i += 8) {
+      const __m256 xv = _mm256_loadu_ps(v + i);
+      const __m256 xs = _mm256_permute_ps(xv, 0xB1);  // (x1, x0) per pair
+      const __m256 sv = _mm256_mul_ps(sg, _mm256_loadu_ps(sn + i));
+      _mm256_storeu_ps(v + i, _mm256_fmadd_ps(xs, sv, _mm256_mul_ps(xv, _mm256_loadu_ps(c + i))));
+    }
+  }
+}
+}  // namespace
+#endif
+
+void RopeRotator::rotate_near(float* x, int n_rows, int64_t stride, const int64_t* delta) const {
+#if defined(__x86_64__)
+  static const bool avx2 = use_avx2();
+  if (avx2 && half_ % 8 == 0) {
+    rotate_near_avx2(x, n_rows, stride, delta, half_, mode_ == RopeMode::neox, lo_cos_.data(), lo_sin_.data(),
+                     lane_cos_.data(), lane_sin_.data());
+    return;
+  }
+#endif
+  float cs[512], sn[512];
+  for (int t = 0; t < n_rows; ++t) {
+    const int64_t dl = delta[t];
+    if (dl == 0) continue;
+    const int64_t a = dl < 0 ? -dl : dl;
+    const float sign = dl < 0 ? -1.0f : 1.0f;
+    for (int i = 0; i < half_; ++i) {
+      cs[i] = lo_cos_[a * half_ + i];
+      sn[i] = sign * lo_sin_[a * half_ + i];
+    }
+    rotate_pairs(x + t * stride, 1, head_dim_, half_, mode_, cs, sn);
+  }
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {

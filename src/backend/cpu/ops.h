@@ -29,6 +29,12 @@ class RopeRotator {
   void reserve(int64_t max_abs);
   // Rotates n_heads vectors of head_dim by `offset` positions (x at position p moves to p + offset).
   void rotate(float* x, int n_heads, int64_t offset) const;
+  // Rotates n_rows head vectors (row t at x + t * stride) by delta[t] positions each, with
+  // |delta[t]| < kNear: one table row per vector, no angle addition (selection scores over a run
+  // of consecutive keys: the tile's common offset goes to the query, each key turns by its
+  // small distance from the tile's first key).
+  static constexpr int64_t kNear = 1024;
+  void rotate_near(float* x, int n_rows, int64_t stride, const int64_t* delta) const;
   float base() const { return base_; }
 
  private:
@@ -38,6 +44,9 @@ class RopeRotator {
   float base_;
   RopeMode mode_;
   std::vector<float> lo_cos_, lo_sin_, hi_cos_, hi_sin_;  // [1024 | n_hi, half]
+  // Norm mode, offsets < kNear, in the lanes of the pairs: (c_i, c_i) and (-s_i, s_i), so that
+  // rotate_near is x * cos + pair_swap(x) * sin. [kNear, 2 * half]
+  std::vector<float> lane_cos_, lane_sin_;
   int64_t n_hi_ = 0;
 };
 

@@ -153,22 +153,25 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
   // to position 0 first when scoring pre-RoPE.
   const int64_t off = entry_offset_[ei];
   const int64_t qd = hp.q_dim();
+  // (Turned with the rotator's tables: rope() forms cos/sin per call, 96 transcendentals a
+  // layer on SmolLM2, most of a reused selection's planning.)
+  const RopeRotator& turn = rotator(il, int64_t{pos_[off + n_q - 1]} + 1);
+  const RopeRotator* to_zero = unrotated ? &turn : nullptr;
   sc_q_.assign(static_cast<size_t>(qd), 0.0f);
   std::vector<float> q_row(unrotated ? qd : 0);
   for (int32_t t = 0; t < n_q; ++t) {
     const float* q = q_.data() + (off + t) * qd;
     if (unrotated) {
       std::copy(q, q + qd, q_row.begin());
-      const int32_t back = -pos_[off + t];
-      rope(q_row.data(), &back, 1, H, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+      turn.rotate(q_row.data(), H, -int64_t{pos_[off + t]});
       q = q_row.data();
     }
     for (int64_t c = 0; c < qd; ++c) sc_q_[c] += q[c];
   }
   for (float& v : sc_q_) v /= static_cast<float>(n_q);
-  const RopeRotator* to_zero = unrotated ? &rotator(il, int64_t{pos_[off + n_q - 1]} + 1) : nullptr;
 
-  plan.keys.assign(Hkv, {});
+  plan.keys.resize(Hkv);  // (capacity kept from layer to layer)
+  for (auto& k : plan.keys) k.clear();
   std::vector<int32_t> picked_abs;
   if (P.evicts() && P.decay < 1.0f) {
     for (float& v : L.importance) v *= P.decay;
@@ -187,10 +190,7 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     std::vector<float> fp;
     if (use_cache) {
       std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d, sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
-      if (!unrotated) {  // (pre-RoPE scoring turned it already)
-        const int32_t back = -pos_[off];
-        rope(q0.data(), &back, 1, heads_per_unit, d, hp.n_rot, hp.rope_base[il], hp.rope_mode);
-      }
+      if (!unrotated) turn.rotate(q0.data(), heads_per_unit, -int64_t{pos_[off]});  // (pre-RoPE: turned already)
       fp.assign(d, 0.0f);
       for (int32_t h = 0; h < heads_per_unit; ++h) {
         for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
@@ -358,9 +358,9 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       L.generation[u]++;
     }
     if (select_now) {
-      std::vector<int32_t> keys;
+      std::vector<int32_t>& keys = plan.keys[kv0];
       build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
-      for (int32_t hk = kv0; hk < kv1; ++hk) plan.keys[hk] = keys;
+      for (int32_t hk = kv0 + 1; hk < kv1; ++hk) plan.keys[hk].assign(keys.begin(), keys.end());
       // The cached selection's sinks and picks (the set's first keys): the step that selects
       // them writes a copy as its attention reads them, and the steps that reuse them read it.
       const int32_t n_kept = c0 + static_cast<int32_t>(L.picked[u].size());

@@ -69,23 +69,33 @@ KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t pag
 void HeadViewTables::clear() { used_ = 0; }
 
 KvHeadView HeadViewTables::make(const KvSeqView& sv, int32_t head) {
-  if (used_ == tables_.size()) tables_.push_back(std::make_unique<Table>());
-  Table& t = *tables_[used_++];
-  const int32_t n_pages = sv.n_pages();
-  t.k.resize(n_pages);
-  t.v.resize(n_pages);
-  t.pos.resize(n_pages);
-  for (int32_t p = 0; p < n_pages; ++p) {
-    t.k[p] = reinterpret_cast<const uint16_t*>(sv.k_page_head(p, head));
-    t.v[p] = reinterpret_cast<const uint16_t*>(sv.v_page_head(p, head));
-    t.pos[p] = sv.page_positions(p);
+  // The stream's heads share one table (they differ in head_off): a layer's KV heads are made
+  // one after another, so the last table serves while the stream is the same.
+  const bool same = used_ > 0 && last_arenas_ == sv.arenas && last_pages_ == sv.pages.data() &&
+                    tables_[used_ - 1]->k.size() == sv.pages.size();
+  if (!same) {
+    if (used_ == tables_.size()) tables_.push_back(std::make_unique<Table>());
+    Table& t = *tables_[used_++];
+    const int32_t n_pages = sv.n_pages();
+    t.k.resize(n_pages);
+    t.v.resize(n_pages);
+    t.pos.resize(n_pages);
+    for (int32_t p = 0; p < n_pages; ++p) {
+      t.k[p] = reinterpret_cast<const uint16_t*>(sv.k_page_head(p, 0));
+      t.v[p] = reinterpret_cast<const uint16_t*>(sv.v_page_head(p, 0));
+      t.pos[p] = sv.page_positions(p);
+    }
+    last_arenas_ = sv.arenas;
+    last_pages_ = sv.pages.data();
   }
+  const Table& t = *tables_[used_ - 1];
   KvHeadView v;
   v.k_pages = t.k.data();
   v.v_pages = t.v.data();
   v.pos_pages = t.pos.data();
   v.page_size = sv.page_size();
   v.row_stride = static_cast<int64_t>(sv.arenas->n_head) * sv.arenas->head_dim;
+  v.head_off = int64_t{head} * (sv.arenas->kv_row_bytes / sv.arenas->n_head) / int64_t{sizeof(uint16_t)};
   v.n_tokens = sv.n_tokens;
   return v;
 }

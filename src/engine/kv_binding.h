@@ -50,6 +50,8 @@ class HeadViewTables {
   };
   std::vector<std::unique_ptr<Table>> tables_;
   size_t used_ = 0;
+  const KvArenas* last_arenas_ = nullptr;  // the stream of tables_[used_ - 1]
+  const int32_t* last_pages_ = nullptr;
 };
 
 }  // namespace sieve

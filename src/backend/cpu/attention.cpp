@@ -309,7 +309,7 @@ struct TileGather {
       }
       int32_t page, off;
       locate(c0 + t, page, off);
-      const int64_t row = off * kv.row_stride;
+      const int64_t row = kv.head_off + off * kv.row_stride;
       f16_to_f32_row(kv.k_pages[page] + row, kt + t * d, d);
       if (vt) f16_to_f32_row(kv.v_pages[page] + row, vt + t * d, d);
       note_key(c0 + t, t, page, off, offs, kpos);
@@ -332,7 +332,7 @@ struct TileGather {
       if (c + kTile < c_end && c + kTile >= n_read) {  // the same slot of the next tile
         int32_t pp, po;
         locate(c + kTile, pp, po);
-        const int64_t prow = po * kv.row_stride;
+        const int64_t prow = kv.head_off + po * kv.row_stride;
         for (int i = 0; i < d; i += 32) {
           _mm_prefetch(reinterpret_cast<const char*>(kv.k_pages[pp] + prow + i), _MM_HINT_T0);
           if (vt) _mm_prefetch(reinterpret_cast<const char*>(kv.v_pages[pp] + prow + i), _MM_HINT_T0);
@@ -340,7 +340,7 @@ struct TileGather {
       }
       int32_t page, off;
       locate(c, page, off);
-      const int64_t row = off * kv.row_stride;
+      const int64_t row = kv.head_off + off * kv.row_stride;
       row_avx2(kv.k_pages[page] + row, kt + t * d);
       if (vt) row_avx2(kv.v_pages[page] + row, vt + t * d);
       note_key(c, t, page, off, offs, kpos);

@@ -11,23 +11,25 @@ namespace sieve {
 
 // One KV head of one layer of one sequence, read in place from its pages. Token j lives in
 // page j / page_size at offset j % page_size: its K row is
-// k_pages[j / page_size] + (j % page_size) * row_stride (likewise V), its original position
-// pos_pages[j / page_size][j % page_size]. Positions ascend with j (eviction keeps order).
+// k_pages[j / page_size] + head_off + (j % page_size) * row_stride (likewise V), its original
+// position pos_pages[j / page_size][j % page_size]. Positions ascend with j (eviction keeps
+// order). The KV heads of one stream share its page tables and differ in head_off.
 struct KvHeadView {
-  const uint16_t* const* k_pages = nullptr;  // [n_pages] -> f16 rows of this head
+  const uint16_t* const* k_pages = nullptr;  // [n_pages] -> f16 rows of the page
   const uint16_t* const* v_pages = nullptr;
   const int32_t* const* pos_pages = nullptr;  // [n_pages] -> positions; nullptr: pos = j
   int32_t page_size = 1;
   int64_t row_stride = 0;
   int32_t n_tokens = 0;
+  int64_t head_off = 0;  // elements from a row's start to this head's values
 
-  const uint16_t* k_row(int32_t j) const { return k_pages[j / page_size] + (j % page_size) * row_stride; }
-  const uint16_t* v_row(int32_t j) const { return v_pages[j / page_size] + (j % page_size) * row_stride; }
+  const uint16_t* k_row(int32_t j) const { return k_pages[j / page_size] + head_off + (j % page_size) * row_stride; }
+  const uint16_t* v_row(int32_t j) const { return v_pages[j / page_size] + head_off + (j % page_size) * row_stride; }
   int32_t position(int32_t j) const { return pos_pages ? pos_pages[j / page_size][j % page_size] : j; }
 };
 
 // Keys are reduced in segments of this many (positions in the key set, from its start);
-// callers that split keys across tasks must cut at multiples of it (see attend()).
+// callers whose split must equal the whole bit for bit cut at multiples of it (see attend()).
 constexpr int32_t kAttnSegment = 512;
 
 struct AttnQuery {

@@ -265,16 +265,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         }
         return ks;
       };
-      if (n_q == 1 && list && n_keys > kAttnSegment && n_threads > 1) {
-        // A selected key set: split so that every thread gets the same share of the layer's
-        // keys (a chunk never computes this set, so no merge order has to match).
-        const int32_t parts = decode_key_splits(n_keys, hp.n_head_kv, n_threads);
-        for (int32_t p = 0; p < parts; ++p) {
-          const int32_t k0 = static_cast<int32_t>(int64_t{n_keys} * p / parts);
-          const int32_t k1 = static_cast<int32_t>(int64_t{n_keys} * (p + 1) / parts);
-          tasks.push_back({static_cast<int>(i), h, 0, 1, view, key_range(k0, k1), n_split_rows++});
-        }
-      } else if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
+      if (n_q == 1 && n_keys > kAttnSegment && n_threads > 1) {
         // One task per attention segment: the merge order is attend()'s own, so a decode row
         // equals the same row computed in a prefill chunk.
         for (int32_t k0 = 0; k0 < n_keys; k0 += kAttnSegment) {

@@ -488,15 +488,6 @@ void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, s
   for (; b < last; b += kAttnSegment) out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
 }
 
-int32_t decode_key_splits(int32_t n_keys, int32_t n_heads, int32_t n_threads) {
-  const int32_t by_segment = std::max<int32_t>(1, (n_keys + kAttnSegment - 1) / kAttnSegment);
-  if (n_heads <= 0 || n_threads <= 1) return by_segment;
-  for (int32_t parts = by_segment; n_keys / parts >= kMinSplitKeys; ++parts) {
-    if (int64_t{parts} * n_heads % n_threads == 0) return parts;
-  }
-  return by_segment;
-}
-
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
                 const KvHeadView& kv, const KeySet& keys, float* s, int64_t ld) {
   const Kernels& K = kernels();

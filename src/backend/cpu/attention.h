@@ -89,14 +89,6 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
 // same tiles, reduced in the same segments); keys before the window are not visited.
 void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, std::vector<KeySet>& out);
 
-// Parts to cut each of n_heads decode key lists of n_keys keys into, so that the n_heads * parts
-// tasks share out evenly over n_threads: the fewest parts, no fewer than one per kAttnSegment
-// keys, whose count is a multiple of n_threads while every part keeps >= kMinSplitKeys keys;
-// otherwise one part per segment. (2,688 selected keys, 3 KV heads: 6 parts on 2 threads, 16
-// on 16 rather than 6, whose 18 tasks would take 16 threads two rounds.)
-constexpr int32_t kMinSplitKeys = 128;
-int32_t decode_key_splits(int32_t n_keys, int32_t n_heads, int32_t n_threads);
-
 // Folds partial state (o_b, m_b, l_b) into (o_a, m_a, l_a) for n_rows rows of head_dim.
 void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,
                 const float* l_b, int64_t n_rows, int32_t head_dim);

@@ -270,18 +270,13 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
 // fill are written there.
 std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv, const std::vector<int32_t>& idx,
                                       const RopeRotator* rot, uint16_t* kept_k = nullptr,
-                                      uint16_t* kept_v = nullptr, int32_t n_kept = 0, bool fill = false,
-                                      int parts = 0) {
+                                      uint16_t* kept_v = nullptr, int32_t n_kept = 0, bool fill = false) {
   const int d = aq.head_dim;
   const int n_sel = static_cast<int>(idx.size());
   const int64_t rows = int64_t{aq.n_q} * aq.n_group;
   std::vector<float> oa(rows * d), ob(rows * d), ma(rows), la(rows), mb(rows), lb(rows);
-  // parts > 0: the engine's even split of a decode list (Forward::attention_layer), cut
-  // anywhere; otherwise one part per segment.
-  const int n_parts = parts > 0 ? parts : (n_sel + kAttnSegment - 1) / kAttnSegment;
-  for (int p = 0; p < n_parts; ++p) {
-    const int k0 = parts > 0 ? static_cast<int>(int64_t{n_sel} * p / parts) : p * kAttnSegment;
-    const int k1 = parts > 0 ? static_cast<int>(int64_t{n_sel} * (p + 1) / parts) : std::min(n_sel, k0 + kAttnSegment);
+  for (int k0 = 0; k0 < n_sel; k0 += kAttnSegment) {
+    const int k1 = std::min(n_sel, k0 + kAttnSegment);
     KeySet part{idx.data() + k0, k1 - k0, 0, 0, rot, k0};
     if (n_kept > k0) {
       part.kept_k = kept_k + int64_t{k0} * d;
@@ -395,16 +390,6 @@ TEST(Attend, KeptRowsEqualTheGather) {
       }
       attend(aq, c.view(), KeySet{nullptr, 0, 0, n_sel}, copy.data());
     }
-    // An even split like the engine's (decode_key_splits; parts cut inside tiles) fills the same
-    // copy and agrees with the whole to rounding.
-    std::vector<uint16_t> kk3(kk.size()), kv3(kv.size());
-    const int parts = 7;
-    ASSERT_NE(n_sel / parts % 32, 0);
-    const std::vector<float> filled_even =
-        attend_in_segments(aq, h.view(), idx, r, kk3.data(), kv3.data(), n_sel, true, parts);
-    EXPECT_EQ(kk3, kk);
-    EXPECT_EQ(kv3, kv);
-    EXPECT_LT(max_abs_diff(filled_even, want), r ? 5e-3f : 1e-5f);
     for (int n_kept : {37, 64, kAttnSegment + 5, n_sel}) {
       KeySet ks{idx.data(), n_sel, 0, 0, r, 0};
       ks.kept_k = kk.data();
@@ -418,35 +403,10 @@ TEST(Attend, KeptRowsEqualTheGather) {
         ASSERT_EQ(split, want) << "split, n_kept " << n_kept;
         continue;
       }
-      const std::vector<float> even = attend_in_segments(aq, h.view(), idx, r, kk.data(), kv.data(), n_kept, false, parts);
-      EXPECT_LT(max_abs_diff(even, want), 5e-3f) << "even split, n_kept " << n_kept;
       EXPECT_LT(max_abs_diff(got, want), 5e-3f) << "n_kept " << n_kept;
       EXPECT_LT(max_abs_diff(split, want), 5e-3f) << "split, n_kept " << n_kept;
       if (n_kept == n_sel) {
         EXPECT_EQ(got, copy);
-      }
-    }
-  }
-}
-
-TEST(Attend, DecodeKeySplitsShareTasksEvenly) {
-  // 2,688 selected keys (TokenSelect's 2048 + 128 + 512), SmolLM2's 3 KV heads.
-  EXPECT_EQ(decode_key_splits(2688, 3, 2), 6);    // one per segment already shares evenly
-  EXPECT_EQ(decode_key_splits(2688, 3, 16), 16);  // 48 tasks: 3 per thread, not 18 in two rounds
-  EXPECT_EQ(decode_key_splits(2688, 3, 4), 8);
-  EXPECT_EQ(decode_key_splits(2688, 3, 8), 8);
-  // No even share keeps >= kMinSplitKeys keys a part: one part per segment.
-  EXPECT_EQ(decode_key_splits(600, 3, 16), 2);
-  EXPECT_EQ(decode_key_splits(600, 1, 1), 2);
-  for (int32_t n : {513, 1000, 2688, 5000, 40000}) {
-    for (int32_t h : {1, 3, 4, 8}) {
-      for (int32_t t : {2, 3, 5, 16, 64}) {
-        const int32_t p = decode_key_splits(n, h, t);
-        EXPECT_GE(p, (n + kAttnSegment - 1) / kAttnSegment);
-        if (p != (n + kAttnSegment - 1) / kAttnSegment) {
-          EXPECT_EQ(int64_t{p} * h % t, 0);
-          EXPECT_GE(n / p, kMinSplitKeys);
-        }
       }
     }
   }

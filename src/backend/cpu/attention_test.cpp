@@ -444,10 +444,10 @@ TEST(Attend, CompactWindowTilesTurnTheQuery) {
 
 // Pre-RoPE selection scores (KeySet::fixed, pos_base 0): every key, stored rotated at its own
 // position, is turned back to position 0, so q . k equals the dot product of the unrotated
-// vectors whatever the key's position - here positions 5..~40K, past any trained window.
-// Pre-RoPE scores: key stride 1 and 20 take the near path (the tile's offset on the query, each
-// key turned by its distance from the tile's first), stride 37 spans more than kNear per tile
-// and turns every key by its whole offset; both RoPE modes.
+// vectors whatever the key's position - here positions 5..~40K, past any trained window. Key
+// strides 1 and 20 take the near path (the tile's offset on the query, each key turned by its
+// distance from the tile's first), stride 37 spans more than kNear per tile and turns every key
+// by its whole offset; both RoPE modes.
 TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
   for (const RopeMode mode : {RopeMode::neox, RopeMode::norm}) {
     for (const int stride : {37, 20, 1}) {

@@ -3,13 +3,88 @@
 // window, prefill and decode) and retrieval heads (every key in prefill; at decode the
 // indexer's top-p tokens plus sinks + window), and pick the retrieval heads' decode keys.
 #include <algorithm>
+#include <cmath>
 
+#include "backend/cpu/attention.h"
+#include "core/thread_pool.h"
 #include "engine/forward.h"
 #include "engine/sparse_seq.h"
 #include "sparse/head_plan.h"
 #include "sparse/topp.h"
 
 namespace sieve {
+namespace {
+
+// A retrieval head with an indexer: its KV head and its place in the group.
+struct Item {
+  int32_t h, g;
+};
+
+// rt_refine: each retrieval head's indexer picks (sels, candidate indices relative to c0) are
+// scored exactly, post-RoPE q.K as the attention weighs them, together with the sinks
+// [0, c0) and the window [c1, n_keys), which are read whatever is picked; each head keeps the
+// smallest set of its picks whose mass plus the sinks' and window's reaches tp.p of the
+// softmax over all of those keys (top_p_select_beyond). Items come in KV-head order; one pass
+// over a KV head's keys scores its G query heads at once. Returns the K bytes read.
+int64_t refine_exact(ThreadPool& pool, const float* q, int32_t d, int32_t G, float scale,
+                     std::span<const KvHeadView> views, int32_t n_keys, int32_t c0, int32_t c1,
+                     const std::vector<Item>& items, const TopPParams& tp, std::vector<std::vector<int32_t>>& sels) {
+  const int32_t n = c1 - c0;
+  int64_t bytes = 0;
+  std::vector<char> mark(n);
+  std::vector<int32_t> list, pos(n);
+  std::vector<float> lg;
+  for (size_t i = 0; i < items.size();) {
+    const int32_t h = items[i].h;
+    size_t e = i;
+    while (e < items.size() && items[e].h == h) ++e;
+    std::fill(mark.begin(), mark.end(), 0);
+    for (size_t it = i; it < e; ++it) {
+      for (int32_t j : sels[it]) mark[j] = 1;
+    }
+    list.clear();
+    for (int32_t j = 0; j < c0; ++j) list.push_back(j);
+    for (int32_t j = 0; j < n; ++j) {
+      if (!mark[j]) continue;
+      pos[j] = static_cast<int32_t>(list.size());
+      list.push_back(c0 + j);
+    }
+    const int32_t n_lead = static_cast<int32_t>(list.size());  // sinks + the group's picks
+    for (int32_t j = c1; j < n_keys; ++j) list.push_back(j);
+    const int32_t len = static_cast<int32_t>(list.size());
+    lg.resize(static_cast<size_t>(G) * len);
+    pool.parallel_for(len, 1024, [&](int64_t a, int64_t z) {
+      key_scores(q + int64_t{h} * G * d, G, d, scale, views[h],
+                 KeySet{list.data() + a, static_cast<int32_t>(z - a)}, lg.data() + a, len);
+    });
+    bytes += int64_t{len} * d * 2;
+    pool.parallel_for(static_cast<int64_t>(e - i), 1, [&](int64_t a, int64_t z) {
+      thread_local TopPScratch scratch;
+      thread_local std::vector<float> mass;
+      thread_local std::vector<int32_t> keep;
+      for (int64_t k = a; k < z; ++k) {
+        std::vector<int32_t>& sel = sels[i + k];
+        const float* row = lg.data() + int64_t{items[i + k].g} * len;
+        float m = -INFINITY;
+        for (int32_t t = 0; t < c0; ++t) m = std::max(m, row[t]);
+        for (int32_t t = n_lead; t < len; ++t) m = std::max(m, row[t]);
+        for (int32_t j : sel) m = std::max(m, row[pos[j]]);
+        double fixed = 0;
+        for (int32_t t = 0; t < c0; ++t) fixed += std::exp(row[t] - m);
+        for (int32_t t = n_lead; t < len; ++t) fixed += std::exp(row[t] - m);
+        mass.resize(sel.size());
+        for (size_t r = 0; r < sel.size(); ++r) mass[r] = std::exp(row[pos[sel[r]]] - m);
+        top_p_select_beyond(mass.data(), static_cast<int32_t>(mass.size()), fixed, tp, keep, scratch);
+        for (size_t r = 0; r < keep.size(); ++r) sel[r] = sel[keep[r]];  // keep is ascending
+        sel.resize(keep.size());
+      }
+    });
+    i = e;
+  }
+  return bytes;
+}
+
+}  // namespace
 
 void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views, EntryPlan& plan) {
   const BatchEntry& e = batch_[ei];
@@ -37,9 +112,6 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const TopPParams tp{P.top_p > 0 ? P.top_p : 1.0f, P.min_keep, P.top_k};
   const float* qrow = qpre_.data() + entry_offset_[ei] * hp.q_dim();
   // The retrieval heads of the groups that have an indexer (a group without one reads every key).
-  struct Item {
-    int32_t h, g;
-  };
   std::vector<Item> items;
   for (int32_t h = 0; h < Hkv; ++h) {
     if (plan.rt_retr[h].empty()) continue;
@@ -103,6 +175,11 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
       top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale * P.rt_gain, tp, sels[it], scratch);
     }
   });
+  if (P.rt_refine > 0.0f) {
+    const TopPParams rp{P.rt_refine, P.min_keep, P.top_k};
+    sp.stats.bytes_read += refine_exact(pool_, q_.data() + entry_offset_[ei] * hp.q_dim(), d, G, hp.attn_scale, views,
+                                         n_keys, c0, c1, items, rp, sels);
+  }
   std::vector<char> mark;
   for (int32_t it = 0; it < n_items;) {
     const int32_t h = items[it].h;

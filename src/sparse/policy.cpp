@@ -289,6 +289,9 @@ const std::vector<Knob>& knobs() {
       {{"rt_gain", "rtpurbo: the indexer's logits are multiplied by this before top-p (1 = the fit as it is; > 1 keeps fewer tokens)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.01, 1000.0, p.rt_gain); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.rt_gain); }},
+      {{"rt_refine", "rtpurbo: 0 = off; p in (0, 1]: the indexer's picks are scored exactly (q.K) and cut to the fewest whose attention mass, with the sinks and window counted, reaches p"},
+       [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.rt_refine); },
+       [](const PolicyConfig& p) { return fmt::format("{:g}", p.rt_refine); }},
   };
   return table;
 }

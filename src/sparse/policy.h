@@ -125,6 +125,7 @@ struct PolicyConfig {
   int32_t rt_sinks = 4;                         // first tokens every head reads
   int32_t rt_window = 0;                        // local heads' window (0: n_ctx_train / 4)
   float rt_gain = 1.0f;                         // indexer logits x gain before top-p (> 1: sharper, fewer tokens)
+  float rt_refine = 0.0f;                       // > 0: exact re-scoring of the picks, top-p with sinks + window counted
 
   // Attention reads every kept token at decode and no token is evicted.
   bool dense_attention() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }

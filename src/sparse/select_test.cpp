@@ -195,6 +195,11 @@ TEST(Policy, PresetsKnobsAndErrors) {
   EXPECT_FLOAT_EQ(rt.rt_gain, 4.0f);
   EXPECT_FALSE(set_policy_knob(rt, "rt_gain=0").ok());
   EXPECT_FALSE(set_policy_knob(rt, "rt_gain=-2").ok());
+  EXPECT_FLOAT_EQ(rt.rt_refine, 0.0f);
+  EXPECT_TRUE(set_policy_knob(rt, "rt_refine=0.9").ok());
+  EXPECT_FLOAT_EQ(rt.rt_refine, 0.9f);
+  EXPECT_FALSE(set_policy_knob(rt, "rt_refine=1.5").ok());
+  EXPECT_FALSE(set_policy_knob(rt, "rt_refine=-0.1").ok());
   auto j = policy_from_json_text(R"({"policy":"stca","keep_mass":0.8,"selection_cache":false})", "auto");
   ASSERT_TRUE(j.ok()) << j.message();
   EXPECT_EQ(j->preset, "stca");

@@ -175,11 +175,15 @@ TopPCut top_k_cut(const float* score, int32_t n, int32_t k, TopPScratch& scratch
   return descend(score, n, 0.0, k, scratch);
 }
 
-TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPScratch& scratch) {
+namespace {
+
+// top_p_cut with the share p in double (top_p_select_beyond's share is a ratio of sums).
+TopPCut cut_for_share(const float* score, int32_t n, double p, int32_t min_keep, int32_t max_keep,
+                      TopPScratch& scratch) {
   if (n <= 0) return TopPCut{};
-  const int32_t cap = params.max_keep > 0 ? std::min(params.max_keep, n) : n;
-  const int32_t floor = std::clamp(params.min_keep, 0, n);
-  if (!(params.p > 0.0f)) return top_k_cut(score, n, std::min(floor, cap), scratch);
+  const int32_t cap = max_keep > 0 ? std::min(max_keep, n) : n;
+  const int32_t floor = std::clamp(min_keep, 0, n);
+  if (!(p > 0.0)) return top_k_cut(score, n, std::min(floor, cap), scratch);
   // Level 0 already bounds m: the bin where the mass crosses the target holds token m, so
   // when every m it allows is past the cap (or short of the floor) the count-mode descent
   // starts from the same histogram instead of finishing the mass descent first.
@@ -187,7 +191,7 @@ TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPS
   const double total0 = total_of(tl_hist);
   if (total0 > 0 && (cap < n || floor > 0)) {
     Descent probe;
-    probe.target = std::min(static_cast<double>(params.p), 1.0) * total0 * (1.0 - kTopPSlack);
+    probe.target = std::min(p, 1.0) * total0 * (1.0 - kTopPSlack);
     const int b = probe.pick(tl_hist);
     const int32_t m_lo = probe.acc_count + 1, m_hi = probe.acc_count + tl_hist.count[b];
     const int32_t k = m_lo > cap ? cap : m_hi < floor ? std::min(floor, cap) : -1;
@@ -197,7 +201,7 @@ TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPS
       return cut;
     }
   }
-  TopPCut cut = descend(score, n, params.p, 0, scratch, true);
+  TopPCut cut = descend(score, n, p, 0, scratch, true);
   const int32_t m = cut.count < 0 ? n : cut.count;
   const int32_t want = std::min(std::max(m, floor), cap);
   if (cut.count == want) return cut;
@@ -205,6 +209,27 @@ TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPS
   cut = top_k_cut(score, n, want, scratch);
   cut.total = total;
   return cut;
+}
+
+}  // namespace
+
+TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPScratch& scratch) {
+  return cut_for_share(score, n, params.p, params.min_keep, params.max_keep, scratch);
+}
+
+double top_p_share_beyond(double fixed, double total, float p) {
+  if (!(total > 0)) return 0.0;
+  if (fixed == 0.0) return std::min(double{p}, 1.0);  // plain top-p, bit for bit
+  return (std::min(double{p}, 1.0) * (fixed + total) - fixed) / total;
+}
+
+void top_p_select_beyond(const float* score, int32_t n, double fixed, const TopPParams& params,
+                         std::vector<int32_t>& out, TopPScratch& scratch) {
+  double total = 0;
+  for (int32_t j = 0; j < n; ++j) total += mass_of(score[j]);
+  const double share = top_p_share_beyond(fixed, total, params.p);
+  emit_cut(score, n, cut_for_share(score, n, total > 0 ? share : params.p, params.min_keep, params.max_keep, scratch),
+           out);
 }
 
 void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int32_t>& out) {

@@ -72,6 +72,17 @@ void top_p_select(const float* score, int32_t n, const TopPParams& params, std::
                   TopPScratch& scratch);
 std::vector<int32_t> top_p_select(std::span<const float> score, const TopPParams& params);
 
+// Top-p of candidates beside tokens that are kept anyway (RTPurbo's decode with the sinks and
+// window counted: they are read whatever is picked, so their mass counts toward p). `fixed`
+// is the kept tokens' mass on the scale of score's masses. The set is the top-m of score with
+// m the smallest count whose mass reaches share * total * (1 - kTopPSlack), where total is
+// score's mass and share = top_p_share_beyond(fixed, total, p) = (p (fixed + total) - fixed) /
+// total; a share <= 0 (the kept tokens hold p already) keeps only the floor. Floor and cap as
+// in top_p_select; with total == 0 the cap decides.
+double top_p_share_beyond(double fixed, double total, float p);
+void top_p_select_beyond(const float* score, int32_t n, double fixed, const TopPParams& params,
+                         std::vector<int32_t>& out, TopPScratch& scratch);
+
 // The same over softmax(scale * logits): masses exp(scale * (l - max)) go to scratch.mass
 // (normalising is unnecessary: the target is relative to the total).
 void top_p_select_logits(const float* logits, int32_t n, float scale, const TopPParams& params,

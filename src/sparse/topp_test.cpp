@@ -137,6 +137,78 @@ TEST(TopP, FloorAndCap) {
   }
 }
 
+// top_p_select_beyond by sorting: the kept tokens' mass `fixed` counts toward p, so the
+// candidates need share = (p (fixed + total) - fixed) / total of their own mass; none beyond
+// the floor when the kept tokens hold p already.
+std::vector<int32_t> reference_beyond(const std::vector<float>& s, double fixed, const TopPParams& prm) {
+  double total = 0;
+  for (float x : s) total += std::max(0.0f, x);
+  TopPParams share = prm;
+  if (total > 0) {
+    const double sh = (std::min(double{prm.p}, 1.0) * (fixed + total) - fixed) / total;
+    // reference_top_p takes a float share; compare the counts in double here instead.
+    const int32_t n = static_cast<int32_t>(s.size());
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    int32_t m = 0;
+    if (sh > 0) {
+      const double target = std::min(sh, 1.0) * total * (1.0 - kTopPSlack);
+      double acc = 0;
+      while (m < n && acc < target) acc += std::max(0.0f, s[order[m++]]);
+    }
+    const int32_t cap = prm.max_keep > 0 ? std::min(prm.max_keep, n) : n;
+    const int32_t want = std::min(std::max(m, std::min(prm.min_keep, n)), cap);
+    order.resize(want);
+    std::sort(order.begin(), order.end());
+    return order;
+  }
+  return reference_top_p(s, share);
+}
+
+// With kept tokens beside the candidates: the same set as the sort-based reference, the
+// kept mass plus the set's reaching p of the whole, no fixed mass = plain top-p, and kept
+// tokens that hold p already leave only the floor.
+TEST(TopP, BeyondKeptTokensMatchesSortReference) {
+  std::mt19937 rng(5);
+  TopPScratch sc;
+  std::vector<int32_t> got;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 5000);
+    const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 900 + trial);
+    double total = 0;
+    for (float x : s) total += std::max(0.0f, x);
+    TopPParams prm;
+    prm.p = (rng() % 1000) / 1000.0f + 0.0005f;
+    prm.min_keep = trial % 3 == 0 ? static_cast<int32_t>(rng() % 20) : 0;
+    prm.max_keep = trial % 5 == 0 ? 1 + static_cast<int32_t>(rng() % (n + 5)) : 0;
+    const double fixed = trial % 4 == 0 ? 0.0 : total * ((rng() % 1000) / 250.0);  // 0 to 4x the candidates
+    const std::string what = "trial " + std::to_string(trial) + " n " + std::to_string(n);
+    top_p_select_beyond(s.data(), n, fixed, prm, got, sc);
+    EXPECT_EQ(got, reference_beyond(s, fixed, prm)) << what;
+    if (fixed == 0.0) {
+      EXPECT_EQ(got, reference_top_p(s, prm)) << what;
+    }
+    const bool capped = prm.max_keep > 0 && static_cast<int32_t>(got.size()) == prm.max_keep;
+    if (total > 0 && !capped) {
+      EXPECT_GE(fixed + mass_of(s, got), prm.p * (fixed + total) * (1 - 2 * kTopPSlack)) << what;
+    }
+  }
+  // Kept tokens holding 0.95 of the mass, p 0.9: only the floor.
+  const std::vector<float> s = make_scores(Dist::uniform, 1000, 3);
+  double total = 0;
+  for (float x : s) total += x;
+  TopPParams prm;
+  prm.p = 0.9f;
+  prm.min_keep = 7;
+  top_p_select_beyond(s.data(), 1000, 19.0 * total, prm, got, sc);
+  prm.min_keep = 0;
+  prm.max_keep = 7;
+  prm.p = 1.0f;
+  EXPECT_EQ(got, reference_top_p(s, prm));
+  EXPECT_EQ(got.size(), 7u);
+}
+
 TEST(TopP, SmallCasesByHand) {
   const std::vector<float> s = {0.05f, 0.5f, 0.1f, 0.3f, 0.05f};
   auto pick = [&](float p, int32_t lo, int32_t hi) { return top_p_select(s, TopPParams{p, lo, hi}); };

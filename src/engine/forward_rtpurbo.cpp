@@ -64,16 +64,16 @@ int64_t refine_exact(ThreadPool& pool, const float* q, int32_t d, int32_t G, flo
       thread_local std::vector<int32_t> keep;
       for (int64_t k = a; k < z; ++k) {
         std::vector<int32_t>& sel = sels[i + k];
-        const float* row = lg.data() + int64_t{items[i + k].g} * len;
+        float* row = lg.data() + int64_t{items[i + k].g} * len;  // (the item's own row: overwritten)
+        mass.resize(sel.size());
+        for (size_t r = 0; r < sel.size(); ++r) mass[r] = row[pos[sel[r]]];
         float m = -INFINITY;
         for (int32_t t = 0; t < c0; ++t) m = std::max(m, row[t]);
         for (int32_t t = n_lead; t < len; ++t) m = std::max(m, row[t]);
-        for (int32_t j : sel) m = std::max(m, row[pos[j]]);
-        double fixed = 0;
-        for (int32_t t = 0; t < c0; ++t) fixed += std::exp(row[t] - m);
-        for (int32_t t = n_lead; t < len; ++t) fixed += std::exp(row[t] - m);
-        mass.resize(sel.size());
-        for (size_t r = 0; r < sel.size(); ++r) mass[r] = std::exp(row[pos[sel[r]]] - m);
+        for (float x : mass) m = std::max(m, x);
+        // exp(x - m) in place, vectorised: the sinks, the window, the picks.
+        const double fixed = exp_shift_sum(row, c0, m) + exp_shift_sum(row + n_lead, len - n_lead, m);
+        exp_shift_sum(mass.data(), static_cast<int64_t>(mass.size()), m);
         top_p_select_beyond(mass.data(), static_cast<int32_t>(mass.size()), fixed, tp, keep, scratch);
         for (size_t r = 0; r < keep.size(); ++r) sel[r] = sel[keep[r]];  // keep is ascending
         sel.resize(keep.size());

@@ -130,13 +130,12 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   const int32_t n = c1 - c0;
   if (n <= 0) return;
   const int32_t di = HP.d_idx;
-  // Item it's indexer keys: row j of its KV head's stream, at its head's slot. Items come in
-  // KV-head order, so the items of one stream are consecutive (one row lookup per key each).
+  // Item it's indexer keys: row j of its KV head's stream, at its head's slot (every stream
+  // has the store's page size).
   std::vector<KvSeqView> svs;
-  std::vector<int32_t> k_off, stream;
+  std::vector<int32_t> k_off;
   for (const Item& item : items) {
-    stream.push_back(stream_of(il, item.h));
-    svs.push_back(kv_.seq_view(e.seq, stream.back()));
+    svs.push_back(kv_.seq_view(e.seq, stream_of(il, item.h)));
     k_off.push_back(head_in_stream(item.h) * di);
   }
   const int32_t n_items = static_cast<int32_t>(items.size());
@@ -154,16 +153,17 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   }
   rt_logits_.resize(static_cast<size_t>(n_items) * n);
   pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
-    for (int64_t j = a; j < z; ++j) {
-      const float* krow = nullptr;
+    // A page's run of keys per item in one vectorised call (indexer rows of consecutive
+    // tokens lie a fixed stride apart within a page).
+    const int32_t ps = svs[0].page_size();
+    for (int64_t j = a; j < z;) {
+      const int32_t key = static_cast<int32_t>(c0 + j);
+      const int32_t run = static_cast<int32_t>(std::min<int64_t>(z - j, ps - key % ps));
       for (int32_t it = 0; it < n_items; ++it) {
-        if (it == 0 || stream[it] != stream[it - 1]) krow = svs[it].sketch(static_cast<int32_t>(c0 + j));
-        const float* k = krow + k_off[it];
-        const float* q = qi.data() + int64_t{it} * di;
-        float s = 0;
-        for (int32_t c = 0; c < di; ++c) s += q[c] * k[c];
-        rt_logits_[int64_t{it} * n + j] = s;
+        strided_scores(qi.data() + int64_t{it} * di, svs[it].sketch(key) + k_off[it], svs[it].sketch_stride(), run, di,
+                       1.0f, rt_logits_.data() + int64_t{it} * n + j);
       }
+      j += run;
     }
   });
   // Each retrieval head's top-p on its own thread (the heads of a layer at once; the top-p

@@ -291,15 +291,18 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
                        sc_logits_.data() + int64_t{r0} * n + a, n);
           }
         } else {
-          for (int64_t j = a; j < z; ++j) {
-            const float* sk = sv.sketch(static_cast<int32_t>(c0 + j));
+          // Sketch rows of consecutive tokens lie a fixed stride apart within a page: a page's
+          // run of keys is scored per head in one vectorised call.
+          const int32_t ps = sv.page_size();
+          for (int64_t j = a; j < z;) {
+            const int32_t key = static_cast<int32_t>(c0 + j);
+            const int32_t run = static_cast<int32_t>(std::min<int64_t>(z - j, ps - key % ps));
+            const float* sk = sv.sketch(key);
             for (int32_t h = 0; h < heads_per_unit; ++h) {
-              const float* qh = qs.data() + int64_t{h} * ds;
-              const float* kh = sk + int64_t{(h0 + h) / G} * ds;
-              float s = 0;
-              for (int32_t c = 0; c < ds; ++c) s += qh[c] * kh[c];
-              sc_logits_[int64_t{h} * n + j] = s * scale;
+              strided_scores(qs.data() + int64_t{h} * ds, sk + int64_t{(h0 + h) / G} * ds, sv.sketch_stride(), run, ds,
+                             scale, sc_logits_.data() + int64_t{h} * n + j);
             }
+            j += run;
           }
         }
       });

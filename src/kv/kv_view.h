@@ -85,6 +85,8 @@ struct KvSeqView {
   const std::byte* k_raw(int32_t i) const { return arenas->k_row(slot(i)); }
   const std::byte* v_raw(int32_t i) const { return arenas->v_row(slot(i)); }
   const float* sketch(int32_t i) const { return arenas->sketch_row(slot(i)); }  // [n_head, d_s]
+  // Floats from one token's sketch row to the next within a page.
+  int64_t sketch_stride() const { return int64_t{arenas->n_head} * arenas->sketch_dim; }
   // Importance scores are side data that scorers update in place (STCA accumulation), so
   // they are writable through the read-only view; the page tables are not.
   float* scores(int32_t i) const { return arenas->scores_row(slot(i)); }  // [n_token_scores]

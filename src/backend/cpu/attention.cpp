@@ -83,18 +83,19 @@ SIEVE_AVX2 inline __m256 exp_neg(__m256 x) {
 // in the same order whatever its slot, and a partial block (n % 8) runs the same code on the
 // tile's padding rows (the caller's tile buffer holds kTile rows), so a score never depends on
 // how the key range was cut.
-SIEVE_AVX2 inline __m256 dot8(const float* q, const float* k, int d) {
+// (Rows `stride` floats apart; the tile's rows are d apart.)
+SIEVE_AVX2 inline __m256 dot8(const float* q, const float* k, int d, int64_t stride) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (int i = 0; i < d; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
-    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 0 * d + i), a0);
-    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 1 * d + i), a1);
-    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * d + i), a2);
-    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * d + i), a3);
-    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * d + i), a4);
-    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * d + i), a5);
-    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * d + i), a6);
-    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * d + i), a7);
+    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 0 * stride + i), a0);
+    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 1 * stride + i), a1);
+    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * stride + i), a2);
+    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * stride + i), a3);
+    a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 4 * stride + i), a4);
+    a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 5 * stride + i), a5);
+    a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 6 * stride + i), a6);
+    a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 7 * stride + i), a7);
   }
   const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
   const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
@@ -106,10 +107,25 @@ SIEVE_AVX2 void tile_scores_avx2(const float* q, const float* k, int n, int d, f
   if (d % 8 != 0) return tile_scores_ref(q, k, n, d, scale, s);
   const __m256 vs = _mm256_set1_ps(scale);
   int t = 0;
-  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * d, d), vs));
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * d, d, d), vs));
   if (t < n) {
     alignas(32) float tail[8];
-    _mm256_store_ps(tail, _mm256_mul_ps(dot8(q, k + t * d, d), vs));
+    _mm256_store_ps(tail, _mm256_mul_ps(dot8(q, k + t * d, d, d), vs));
+    for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
+  }
+}
+
+SIEVE_AVX2 void strided_scores_avx2(const float* q, const float* k, int64_t stride, int n, int d, float scale,
+                                    float* s) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  int t = 0;
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * stride, d, stride), vs));
+  if (t < n) {  // the rows past n are not there to read: pad a copy
+    thread_local std::vector<float> pad;
+    pad.assign(static_cast<size_t>(8) * d, 0.0f);
+    for (int i = 0; t + i < n; ++i) std::copy(k + (t + i) * stride, k + (t + i) * stride + d, pad.begin() + i * d);
+    alignas(32) float tail[8];
+    _mm256_store_ps(tail, _mm256_mul_ps(dot8(q, pad.data(), d, d), vs));
     for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
   }
 }
@@ -513,6 +529,13 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
     const float* qs = shift != 0 ? qt.data() : q;
     for (int g = 0; g < n_group; ++g) K.scores(qs + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
   }
+}
+
+void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale, float* s) {
+#if defined(__x86_64__)
+  if (use_avx2() && d % 8 == 0) return strided_scores_avx2(q, k, stride, n, d, scale, s);
+#endif
+  for (int t = 0; t < n; ++t) s[t] = scale * dot_f32(q, k + t * stride, d);
 }
 
 double exp_shift_sum(float* s, int64_t n, float m) {

@@ -99,6 +99,12 @@ void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim);
 // the G rows of q ([G, head_dim]); no causal mask (the caller passes past keys only).
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
                 const KvHeadView& kv, const KeySet& keys, float* s, int64_t ld);
+// s[t] = scale * q . k[t * stride, + d) for t < n: rows of d floats at a fixed stride (the
+// sketch or indexer keys of one KV head over consecutive tokens of a page). Vectorised where
+// the CPU allows; a score is formed the same way wherever its key falls in the range (a last
+// partial block of 8 runs through a padded copy), so it never depends on how a caller cut
+// its keys into ranges.
+void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale, float* s);
 // s[i] = exp(s[i] - m) for i < n; returns the sum (vectorised where the CPU allows).
 double exp_shift_sum(float* s, int64_t n, float m);
 

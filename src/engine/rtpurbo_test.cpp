@@ -203,8 +203,8 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
 
 // rt_refine: the indexer's picks re-scored exactly and cut by top-p with the sinks and window
 // counted. Given every candidate, p = 1 only drops keys below kTopPSlack of the mass (the
-// logits stay those of dense) and p = 0.999 keeps fewer keys, still close to dense (max |logit| error 0.36-0.57 here, against
-// 0.51-0.93 for a top-p 0.9 indexer alone); after a
+// logits stay those of dense) and p = 0.999 keeps fewer keys, still close to dense (max
+// |logit| error 0.36-0.57 here, against 0.51-0.93 for a top-p 0.9 indexer alone); after a
 // top-p 0.9 indexer a lower p keeps a subset (fewer tokens, more as p rises).
 TEST(RtPurbo, RefineCutsTheIndexerPicksByExactMass) {
   auto m = test_smollm2();

@@ -17,8 +17,8 @@ namespace sieve {
 namespace {
 
 // The definition in topp.h, by sorting: (score desc, index asc), the smallest prefix whose
-// mass reaches the target, then floor and cap.
-std::vector<int32_t> reference_top_p(const std::vector<float>& s, const TopPParams& prm) {
+// mass reaches share * total (none for a share <= 0, all with no mass), then floor and cap.
+std::vector<int32_t> reference_share(const std::vector<float>& s, double share, int32_t min_keep, int32_t max_keep) {
   const int32_t n = static_cast<int32_t>(s.size());
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -26,19 +26,23 @@ std::vector<int32_t> reference_top_p(const std::vector<float>& s, const TopPPara
   double total = 0;
   for (float x : s) total += std::max(0.0f, x);
   int32_t m = n;
-  if (total > 0 && prm.p > 0) {
-    const double target = std::min(double{prm.p}, 1.0) * total * (1.0 - kTopPSlack);
+  if (!(share > 0)) {
+    m = 0;
+  } else if (total > 0) {
+    const double target = std::min(share, 1.0) * total * (1.0 - kTopPSlack);
     double acc = 0;
     m = 0;
     while (m < n && acc < target) acc += std::max(0.0f, s[order[m++]]);
-  } else if (!(prm.p > 0)) {
-    m = 0;
   }
-  const int32_t cap = prm.max_keep > 0 ? std::min(prm.max_keep, n) : n;
-  const int32_t want = std::min(std::max(m, std::min(prm.min_keep, n)), cap);
+  const int32_t cap = max_keep > 0 ? std::min(max_keep, n) : n;
+  const int32_t want = std::min(std::max(m, std::min(min_keep, n)), cap);
   order.resize(want);
   std::sort(order.begin(), order.end());
   return order;
+}
+
+std::vector<int32_t> reference_top_p(const std::vector<float>& s, const TopPParams& prm) {
+  return reference_share(s, prm.p, prm.min_keep, prm.max_keep);
 }
 
 double mass_of(const std::vector<float>& s, const std::vector<int32_t>& idx) {
@@ -143,27 +147,9 @@ TEST(TopP, FloorAndCap) {
 std::vector<int32_t> reference_beyond(const std::vector<float>& s, double fixed, const TopPParams& prm) {
   double total = 0;
   for (float x : s) total += std::max(0.0f, x);
-  TopPParams share = prm;
-  if (total > 0) {
-    const double sh = (std::min(double{prm.p}, 1.0) * (fixed + total) - fixed) / total;
-    // reference_top_p takes a float share; compare the counts in double here instead.
-    const int32_t n = static_cast<int32_t>(s.size());
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
-    int32_t m = 0;
-    if (sh > 0) {
-      const double target = std::min(sh, 1.0) * total * (1.0 - kTopPSlack);
-      double acc = 0;
-      while (m < n && acc < target) acc += std::max(0.0f, s[order[m++]]);
-    }
-    const int32_t cap = prm.max_keep > 0 ? std::min(prm.max_keep, n) : n;
-    const int32_t want = std::min(std::max(m, std::min(prm.min_keep, n)), cap);
-    order.resize(want);
-    std::sort(order.begin(), order.end());
-    return order;
-  }
-  return reference_top_p(s, share);
+  if (!(total > 0)) return reference_top_p(s, prm);
+  const double share = (std::min(double{prm.p}, 1.0) * (fixed + total) - fixed) / total;
+  return reference_share(s, share, prm.min_keep, prm.max_keep);
 }
 
 // With kept tokens beside the candidates: the same set as the sort-based reference, the

@@ -442,12 +442,6 @@ TEST(Attend, CompactWindowTilesTurnTheQuery) {
   for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(oa[i], o[i]) << i;
 }
 
-// Pre-RoPE selection scores (KeySet::fixed, pos_base 0): every key, stored rotated at its own
-// position, is turned back to position 0, so q . k equals the dot product of the unrotated
-// vectors whatever the key's position - here positions 5..~40K, past any trained window. Key
-// strides 1 and 20 take the near path (the tile's offset on the query, each key turned by its
-// distance from the tile's first), stride 37 spans more than kNear per tile and turns every key
-// by its whole offset; both RoPE modes.
 // Sketch and indexer scores over rows at a stride (a KV head's slice of each token's row):
 // within float rounding of a double reference for dims 8, 16, 32 and an odd 5 (the scalar
 // path), and bitwise the same whether a range is scored at once or cut into pieces of any
@@ -480,6 +474,12 @@ TEST(StridedScores, MatchReferenceAndDoNotDependOnTheCut) {
   }
 }
 
+// Pre-RoPE selection scores (KeySet::fixed, pos_base 0): every key, stored rotated at its own
+// position, is turned back to position 0, so q . k equals the dot product of the unrotated
+// vectors whatever the key's position - here positions 5..~40K, past any trained window. Key
+// strides 1 and 20 take the near path (the tile's offset on the query, each key turned by its
+// distance from the tile's first), stride 37 spans more than kNear per tile and turns every key
+// by its whole offset; both RoPE modes.
 TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
   for (const RopeMode mode : {RopeMode::neox, RopeMode::norm}) {
     for (const int stride : {37, 20, 1}) {

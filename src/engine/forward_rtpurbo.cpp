@@ -155,10 +155,9 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   pool_.parallel_for(n, 1024, [&](int64_t a, int64_t z) {
     // A page's run of keys per item in one vectorised call (indexer rows of consecutive
     // tokens lie a fixed stride apart within a page).
-    const int32_t ps = svs[0].page_size();
     for (int64_t j = a; j < z;) {
       const int32_t key = static_cast<int32_t>(c0 + j);
-      const int32_t run = static_cast<int32_t>(std::min<int64_t>(z - j, ps - key % ps));
+      const int32_t run = svs[0].page_run(key, static_cast<int32_t>(c0 + z));
       for (int32_t it = 0; it < n_items; ++it) {
         strided_scores(qi.data() + int64_t{it} * di, svs[it].sketch(key) + k_off[it], svs[it].sketch_stride(), run, di,
                        1.0f, rt_logits_.data() + int64_t{it} * n + j);

@@ -293,10 +293,9 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
         } else {
           // Sketch rows of consecutive tokens lie a fixed stride apart within a page: a page's
           // run of keys is scored per head in one vectorised call.
-          const int32_t ps = sv.page_size();
           for (int64_t j = a; j < z;) {
             const int32_t key = static_cast<int32_t>(c0 + j);
-            const int32_t run = static_cast<int32_t>(std::min<int64_t>(z - j, ps - key % ps));
+            const int32_t run = sv.page_run(key, static_cast<int32_t>(c0 + z));
             const float* sk = sv.sketch(key);
             for (int32_t h = 0; h < heads_per_unit; ++h) {
               strided_scores(qs.data() + int64_t{h} * ds, sk + int64_t{(h0 + h) / G} * ds, sv.sketch_stride(), run, ds,

@@ -46,6 +46,59 @@ void bench_dense_decode(const cache& c, const shape& sh, buffers& bf) {
            "splits=" + std::to_string(best_s));
 }
 
+// Where a decode attention launch spends its time: every CTA's %globaltimer stamps
+// (decode_params::phase_ns) over cold-L2 runs. Rows (median over runs): the spread of the
+// CTAs' starts, then per phase the median over CTAs of its duration, and the time from the
+// first CTA's start to the last output.
+void attend_phases(decode_params a, const shape& sh, int B, int N, const std::string& name) {
+  const int n_cta = B * sh.n_kv * a.n_splits;
+  uint64_t* d_ns = dalloc<uint64_t>(static_cast<size_t>(n_cta) * decode_n_stamps);
+  a.phase_ns = d_ns;
+  const char* names[decode_n_stamps] = {"entry_spread", "ready", "issued", "first_tile",
+                                        "tiles",        "partial", "counted", "merged"};
+  std::vector<std::vector<double>> d(decode_n_stamps + 1);
+  std::vector<uint64_t> h(static_cast<size_t>(n_cta) * decode_n_stamps);
+  for (int it = 0; it < g_iters; ++it) {
+    CK(launch_l2_flush_read(g_flush, k_flush_bytes, g_sink, g_stream));
+    CK(cudaMemsetAsync(d_ns, 0, h.size() * 8, g_stream));
+    SK(decode_attention(a, g_lc));
+    CK(cudaMemcpyAsync(h.data(), d_ns, h.size() * 8, cudaMemcpyDeviceToHost, g_stream));
+    CK(cudaStreamSynchronize(g_stream));
+    uint64_t t0 = ~0ull, t_last_entry = 0, t_end = 0;
+    std::vector<std::vector<double>> per(decode_n_stamps);
+    for (int c = 0; c < n_cta; ++c) {
+      const uint64_t* t = h.data() + static_cast<size_t>(c) * decode_n_stamps;
+      t0 = std::min(t0, t[ds_entry]);
+      t_last_entry = std::max(t_last_entry, t[ds_entry]);
+      for (int i = ds_ready; i < decode_n_stamps; ++i) {
+        int j = i - 1;  // the last stamp this CTA reached before i
+        while (j > ds_entry && t[j] == 0) --j;
+        if (t[i] != 0) {
+          per[i].push_back((t[i] - t[j]) * 1e-3);
+          t_end = std::max(t_end, t[i]);
+        }
+      }
+    }
+    d[ds_entry].push_back((t_last_entry - t0) * 1e-3);
+    for (int i = ds_ready; i < decode_n_stamps; ++i) {
+      auto& v = per[i];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      d[i].push_back(v[v.size() / 2]);
+    }
+    d[decode_n_stamps].push_back((t_end - t0) * 1e-3);
+  }
+  for (int i = 0; i <= decode_n_stamps; ++i) {
+    auto& v = d[i];
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const stats ph{v[v.size() / 2], v[v.size() / 10], v[(v.size() * 9) / 10]};
+    report("phase", name + "." + (i < decode_n_stamps ? names[i] : "first_start_to_end"), sh.name, B,
+           N, ph, 0, "median over CTAs; splits=" + std::to_string(a.n_splits));
+  }
+  cudaFree(d_ns);
+}
+
 void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const sparse_variant& var0) {
   const sparse_variant var = resolve(var0, sh);
   const std::string name = std::string("step_") + var.name;
@@ -91,6 +144,8 @@ void bench_sparse_decode(const cache& c, const shape& sh, buffers& bf, const spa
   const stats s_att = time_gpu([&] { SK(decode_attention(sp.attend, g_lc)); });
   report("sparse", name + ".attend", sh.name, c.B, c.N, s_att, att_bytes,
          "splits=" + std::to_string(sp.attend.n_splits));
+  if (!var.exact && var.n_sk == 1 && var.mode == sketch_mode::raw)
+    attend_phases(sp.attend, sh, c.B, c.N, name + ".attend");
 
   auto step = [&] {
     run_score(sp, var);

@@ -99,6 +99,12 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
     }
   }
   const float sl2 = p.scale * k_log2e;
+  uint64_t* stamps = !SCORE && p.phase_ns != nullptr && tid == 0
+                         ? p.phase_ns + (static_cast<int64_t>(row_id) * p.n_splits + split) * decode_n_stamps
+                         : nullptr;
+  auto stamp = [&](int i) {
+    if (stamps != nullptr) stamps[i] = global_ns();
+  };
 
   const T* kbase = static_cast<const T*>(p.kv.k);
   const T* vbase = static_cast<const T*>(p.kv.v);
@@ -163,6 +169,7 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
       cp_async_commit();
     }
   }
+  stamp(ds_issued);
 
   // Per lane: heads h0 = 2(lane%4), h0+1; tokens lane/4 and lane/4 + 8 of the warp's 16.
   float m_run[2] = {-INFINITY, -INFINITY};
@@ -260,9 +267,11 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
   // exact scoring 2-6% (bench/RESULTS-cuda.md, run 6).
   for (int it = 0; it < n_tiles; it += 2) {
     tile_step(it, sa, sb);
+    if (it == 0) stamp(ds_first);
     if (it + 1 < n_tiles) tile_step(it + 1, sb, sa);
   }
   cp_async_wait<0>();
+  stamp(ds_loop);
 
   // token-direction sums of this warp
 #pragma unroll
@@ -334,6 +343,7 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
         }
       }
     }
+    stamp(ds_partial);
     if (S == 1) return;
 
     // Last CTA of the group merges the splits (classic threadfence reduction).
@@ -345,6 +355,7 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
       s_last = prev == static_cast<uint32_t>(S - 1);
     }
     __syncthreads();
+    stamp(ds_counted);
     if (!s_last) return;
     __threadfence();
     // Weights of the splits: w[s][h] = 2^(m_s - M_h) / L_h (normalisation folded in), then
@@ -412,13 +423,18 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
       *reinterpret_cast<uint2*>(out + h * D + d) = packed;
     }
     if (tid == 0) p.ws_counter[row_id] = 0u;  // ready for the next launch
+    stamp(ds_merged);
   }
 }
 
 template <class T, int D, bool SCORE>
 __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
   extern __shared__ __align__(128) uint8_t smem[];
+  const bool stamp = !SCORE && p.phase_ns != nullptr && threadIdx.x == 0;
+  const int64_t cta = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  if (stamp) p.phase_ns[cta * decode_n_stamps + ds_entry] = global_ns();
   griddep_wait();
+  if (stamp) p.phase_ns[cta * decode_n_stamps + ds_ready] = global_ns();
   griddep_launch_dependents();
   if constexpr (SCORE) {
     if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit

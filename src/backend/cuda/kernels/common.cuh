@@ -16,6 +16,13 @@ namespace sieve::cuda {
 constexpr float k_log2e = 1.4426950408889634f;
 constexpr unsigned k_full_mask = 0xffffffffu;
 
+// The GPU's nanosecond clock (%globaltimer), for timing breakdowns in benchmarks.
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // ---- programmatic dependent launch (sm_90): lets a kernel's CTAs start while its
 // predecessor drains; griddep_wait() blocks until the predecessor's writes are visible.
 // Both are no-ops when the launch did not ask for it, and on older targets.

@@ -83,6 +83,23 @@ struct decode_params {
   int64_t zero_bytes = 0;    //   (the selection workspace header; see select_params)
   const int32_t* skip = nullptr;  // score mode: when set and *skip != 0 the launch does nothing
                                   // (a selection-cache hit, sel_cache_params)
+  // Timing breakdown (benchmarks only; attention mode): thread 0 of every CTA stamps
+  // %globaltimer into phase_ns[cta * decode_n_stamps + i] (cta = (b * n_kv + g) * n_splits +
+  // split; decode_stamp names i); zero where a CTA did not reach a stamp.
+  uint64_t* phase_ns = nullptr;
+};
+
+// The stamps of decode_params::phase_ns, in order.
+enum decode_stamp : int {
+  ds_entry,     // the kernel starts
+  ds_ready,     // after the wait for the previous kernel (PDL)
+  ds_issued,    // the prologue's list entries and page ids have arrived, its gathers are issued
+  ds_first,     // the first tile has landed and been computed
+  ds_loop,      // every tile done
+  ds_partial,   // the partial (o, max, sum) is written (split > 1) or the output (split == 1)
+  ds_counted,   // the split counter says whether this CTA merges
+  ds_merged,    // the merging CTA has written the output
+  decode_n_stamps
 };
 
 // Selection workspace: device scratch of select_workspace_bytes(); its per-row header must

@@ -53,12 +53,6 @@ __host__ __device__ inline int64_t step_ws_words(int batch, int n_sm) {
   return step_ws_head_words + step_slot_words(n_sm) + static_cast<int64_t>(batch) * step_seq_words;
 }
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Grid barrier on one monotonic 64-bit counter: CTA i adds a weight w_i with sum_i w_i =
 // step_bar_unit, so barrier k of a launch completes when the counter reaches
 // base + k * step_bar_unit whatever the grid size; arrival is a fire-and-forget add and the

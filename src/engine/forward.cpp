@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <numeric>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/ops.h"
@@ -280,7 +281,19 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
     }
   }
-  // Later query blocks see more keys: hand out tasks dynamically.
+  // Later query blocks see more keys: hand out tasks dynamically, the longest first (query
+  // rows x keys; ties keep their order). A decode row's split tasks are whole segments plus a
+  // short tail each: 2,688 selected keys x 3 KV heads are 15 tasks of 512 keys and 3 of 128,
+  // and in list order 16 threads took 14 full ones and two tails first, leaving a full one
+  // for a second round. The partial states are merged in list order whatever the hand-out
+  // order, so results do not change.
+  std::vector<uint32_t> order(tasks.size());
+  std::iota(order.begin(), order.end(), 0u);
+  auto cost = [&](uint32_t i) {
+    const Task& t = tasks[i];
+    return int64_t{t.t1 - t.t0} * (t.keys.idx ? t.keys.n_idx : t.keys.end - t.keys.begin);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return cost(a) > cost(b); });
   std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);
   std::vector<float> part_m(static_cast<size_t>(n_split_rows) * G), part_l(part_m.size());
   std::atomic<size_t> next{0};
@@ -288,8 +301,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   pool_.run([&](int, int) {
     std::vector<float> qbuf, obuf;
     std::vector<int32_t> cpos;
-    for (size_t ti = next++; ti < tasks.size(); ti = next++) {
-      const Task& tk = tasks[ti];
+    for (size_t oi = next++; oi < tasks.size(); oi = next++) {
+      const Task& tk = tasks[order[oi]];
       const int64_t off = entry_offset_[tk.entry];
       const int32_t nq = tk.t1 - tk.t0;
       // gather the group's query rows: [nq, G, d]

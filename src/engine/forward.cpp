@@ -291,7 +291,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   std::iota(order.begin(), order.end(), 0u);
   auto cost = [&](uint32_t i) {
     const Task& t = tasks[i];
-    return int64_t{t.t1 - t.t0} * (t.keys.idx ? t.keys.n_idx : t.keys.end - t.keys.begin);
+    return int64_t{t.t1 - t.t0} * t.keys.size();
   };
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return cost(a) > cost(b); });
   std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);

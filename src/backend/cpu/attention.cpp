@@ -212,7 +212,7 @@ const Kernels& kernels() {
 
 // Number of key-set entries whose position is < p (positions ascend along the set).
 int32_t lower_bound_pos(const KvHeadView& kv, const KeySet& ks, int32_t p) {
-  int32_t lo = 0, hi = ks.idx ? ks.n_idx : ks.end - ks.begin;
+  int32_t lo = 0, hi = ks.size();
   while (lo < hi) {
     const int32_t mid = lo + (hi - lo) / 2;
     const int32_t j = ks.idx ? ks.idx[mid] : ks.begin + mid;
@@ -234,7 +234,7 @@ struct TileGather {
   int32_t mask = 0;
   bool avx2;
   TileGather(const KvHeadView& kv_, const KeySet& keys_, int d_)
-      : kv(kv_), keys(keys_), d(d_), n_keys(keys_.idx ? keys_.n_idx : keys_.end - keys_.begin) {
+      : kv(kv_), keys(keys_), d(d_), n_keys(keys_.size()) {
     const int32_t ps = kv.page_size;
     if (ps > 0 && (ps & (ps - 1)) == 0) {
       shift = __builtin_ctz(static_cast<unsigned>(ps));
@@ -512,7 +512,7 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
   kt.resize(static_cast<size_t>(kTile) * d);
   if (keys.rot) qt.resize(static_cast<size_t>(n_group) * d);
   const TileGather gather(kv, keys, d);
-  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  const int32_t n_keys = keys.size();
   // Re-rotated keys (pre-RoPE scores: each key turned to position 0): a tile of nearby keys
   // turns each key by its distance from the tile's first and the query by the first's offset
   // the other way (G rows per tile rather than an angle sum per key).
@@ -576,7 +576,7 @@ void normalize_attn(float* o, const float* l, int64_t n_rows, int32_t head_dim) 
 
 void attend_ref(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float* o) {
   const int d = q.head_dim;
-  const int32_t n_keys = keys.idx ? keys.n_idx : keys.end - keys.begin;
+  const int32_t n_keys = keys.size();
   std::vector<float> k(d), v(d);
   std::vector<double> sc(n_keys), acc(d);
   for (int32_t tq = 0; tq < q.n_q; ++tq) {

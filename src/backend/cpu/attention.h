@@ -73,6 +73,8 @@ struct KeySet {
   uint16_t* kept_v = nullptr;
   int32_t n_kept = 0;
   bool fill = false;
+
+  int32_t size() const { return idx ? n_idx : end - begin; }  // keys in the set
 };
 
 // o[r, :] = sum_j softmax_j(scale * q_r . k_j) v_j over the visible keys of `keys`

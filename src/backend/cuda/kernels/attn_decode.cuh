@@ -45,6 +45,14 @@ struct decode_cfg {
 // whole CTA of 128 threads over `smem` (C::smem_bytes). decode_kernel runs one per CTA; the
 // fused sparse step (sparse_step.cuh) loops over items inside a persistent CTA, so the body
 // must not assume that the CTA's shared memory is fresh (callers __syncthreads() between).
+// Thread 0's timing stamps of CTA (split, row_id = b * n_kv + g) in attention mode with
+// p.phase_ns set (decode_params::phase_ns); null otherwise.
+template <bool SCORE>
+__device__ __forceinline__ uint64_t* decode_stamp_slots(const decode_params& p, int row_id, int split) {
+  if (SCORE || p.phase_ns == nullptr || threadIdx.x != 0) return nullptr;
+  return p.phase_ns + (static_cast<int64_t>(row_id) * p.n_splits + split) * decode_n_stamps;
+}
+
 template <class T, int D, bool SCORE>
 __device__ __forceinline__ void decode_block(const decode_params& p, const int split, const int g,
                                              const int b, uint8_t* smem) {
@@ -99,9 +107,7 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
     }
   }
   const float sl2 = p.scale * k_log2e;
-  uint64_t* stamps = !SCORE && p.phase_ns != nullptr && tid == 0
-                         ? p.phase_ns + (static_cast<int64_t>(row_id) * p.n_splits + split) * decode_n_stamps
-                         : nullptr;
+  uint64_t* stamps = decode_stamp_slots<SCORE>(p, row_id, split);
   auto stamp = [&](int i) {
     if (stamps != nullptr) stamps[i] = global_ns();
   };
@@ -430,11 +436,11 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
 template <class T, int D, bool SCORE>
 __global__ void __launch_bounds__(128) decode_kernel(const decode_params p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const bool stamp = !SCORE && p.phase_ns != nullptr && threadIdx.x == 0;
-  const int64_t cta = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  if (stamp) p.phase_ns[cta * decode_n_stamps + ds_entry] = global_ns();
+  // grid (n_splits, n_kv, batch): the row is b * n_kv + g
+  uint64_t* stamps = decode_stamp_slots<SCORE>(p, blockIdx.z * gridDim.y + blockIdx.y, blockIdx.x);
+  if (stamps != nullptr) stamps[ds_entry] = global_ns();
   griddep_wait();
-  if (stamp) p.phase_ns[cta * decode_n_stamps + ds_ready] = global_ns();
+  if (stamps != nullptr) stamps[ds_ready] = global_ns();
   griddep_launch_dependents();
   if constexpr (SCORE) {
     if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit

@@ -86,6 +86,26 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
   }
 }
 
+// run() returns only once every worker has finished the job and its writes are visible:
+// plain (non-atomic) per-thread counters are checked after every job, so a join that let
+// the caller go while a worker was still running (or before its stores were published)
+// fails here.
+TEST(ThreadPool, RunReturnsAfterEveryWorkerFinished) {
+  for (int nt : {2, 3, 5}) {
+    ThreadPool pool(nt);
+    std::vector<int64_t> count(static_cast<size_t>(nt) * 16, 0);  // a cache line apart
+    for (int r = 0; r < 200; ++r) {
+      pool.run([&](int t, int) {
+        if (t == 0) return;  // the caller finishes first
+        volatile int spin = 0;
+        for (int i = 0; i < 2000 * t; ++i) spin = spin + 1;
+        count[static_cast<size_t>(t) * 16] += 1;
+      });
+      for (int t = 1; t < nt; ++t) ASSERT_EQ(count[static_cast<size_t>(t) * 16], r + 1) << nt << " " << t;
+    }
+  }
+}
+
 TEST(HugeBuffer, LargeIsHugePageAlignedWritableAndMovable) {
   const size_t bytes = 3 * HugeBuffer::kHugePage + 12345;
   HugeBuffer b(bytes);

@@ -13,7 +13,8 @@ namespace sieve {
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), done_(std::make_unique<Done[]>(n_threads_)) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -44,7 +45,7 @@ void ThreadPool::worker(int index) {
     seen = gen;
     if (stop_.load()) return;
     (*job_)(index, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    done_[index].gen.store(gen, std::memory_order_release);
   }
 }
 
@@ -54,14 +55,17 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     return;
   }
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
+  uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    gen = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   cv_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) SIEVE_PAUSE();
+  // Every worker sees every generation: run() returns only after all finished the last one.
+  for (int i = 1; i < n_threads_; ++i) {
+    while (done_[i].gen.load(std::memory_order_acquire) != gen) SIEVE_PAUSE();
+  }
   job_ = nullptr;
 }
 

@@ -1,5 +1,6 @@
-// ThreadPool::run's fork/join cost. A decode step of a small model issues ~150 pool jobs a
-// token (5 a layer), each a few microseconds of work, so the join is part of every token.
+// ThreadPool::run's fork/join cost. A decode step of a small model issues ~180 pool jobs a
+// token (five or more a layer, SmolLM2's 30 layers, the output), each a few microseconds of
+// work, so the join is part of every token.
 //   empty: the bare fork/join (every thread runs an empty job).
 //   stream/<KiB>: every thread sums its share of a buffer that lives in L2/L3 (a small gemv's
 //   share of the weights), so the figure is work + join.

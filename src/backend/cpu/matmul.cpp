@@ -151,6 +151,31 @@ void multi_gemm(const MatmulTarget* ts, const std::vector<int>& idx, const float
 
 // ------------------------------------------------------------------ quantized, m == 1
 
+// The targets' 8-row groups are split as one sequence, weighted by bytes, so a thread's share
+// does not round up once per target: SmolLM2's q, k and v are 72 + 24 + 24 groups, which split
+// one target at a time gave 9 groups to half of 16 threads and 6 to the others (the job lasts
+// as long as its largest share). A row's value does not depend on which thread computes it
+// (gemv_rows_avx2's lanes are independent), so every split gives the same result.
+constexpr int64_t kGemvRows = 8;
+
+int64_t n_groups(const WeightView& w) {
+  return (w.n_rows + kGemvRows - 1) / kGemvRows;
+}
+
+int64_t group_cost(const WeightView& w) {
+  return static_cast<int64_t>(row_bytes(w.type, w.n_cols)) * kGemvRows;
+}
+
+// Of a target whose groups start at cost `base` (cg bytes each, g of them), the first group
+// that part t of tn of `total` begins at or before: its start cost (base + k cg) >= t total /
+// tn, compared as integers (times tn). Part tn's boundary is g for every target.
+int64_t first_group_at(int64_t total, int t, int tn, int64_t base, int64_t cg, int64_t g) {
+  const int64_t num = total * t - base * tn;
+  if (num <= 0) return 0;
+  const int64_t den = cg * tn;
+  return std::min(g, (num + den - 1) / den);
+}
+
 void multi_gemv(const MatmulTarget* ts, const std::vector<int>& idx, const float* x, int64_t n,
                 ThreadPool& pool, MatmulScratch& scratch) {
   // The prepared row depends on the weight type (Q4_0 and Q5_0 offsets differ): one per type.
@@ -179,11 +204,18 @@ void multi_gemv(const MatmulTarget* ts, const std::vector<int>& idx, const float
     p.act = c.take(cpu::gemv_act_bytes(p.t, n));
     cpu::gemv_prepare(p.t, x, n, p.act, p.k);
   }
+  int64_t cost = 0;  // every target's groups, in bytes
+  for (int i : idx) cost += n_groups(ts[i].w) * group_cost(ts[i].w);
   run_job(pool, bytes, [&](int ti, int tn) {
+    int64_t base = 0;  // the earlier targets' groups, in bytes
     for (size_t j = 0; j < idx.size(); ++j) {
       const MatmulTarget& tg = ts[idx[j]];
       const Prep& p = preps[prep_of[j]];
-      const auto [rb, re] = split(tg.w.n_rows, 8, ti, tn);
+      const int64_t cg = group_cost(tg.w), g = n_groups(tg.w);
+      const int64_t rb = first_group_at(cost, ti, tn, base, cg, g) * kGemvRows;
+      const int64_t re =
+          std::min(tg.w.n_rows, first_group_at(cost, ti + 1, tn, base, cg, g) * kGemvRows);
+      base += g * cg;
       if (rb < re)
         cpu::gemv_rows_avx2(p.t, static_cast<const uint8_t*>(tg.w.data), n, tg.w.n_rows, rb, re,
                             p.act, tg.y, p.k);

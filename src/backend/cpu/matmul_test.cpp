@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -391,6 +392,40 @@ TEST(MatmulMulti, EqualsSeparateCalls) {
           ASSERT_EQ(multi[j][k], single[j][k])
               << type_name(types[j]) << " m=" << m << " avx2=" << avx2 << " at " << k;
         }
+      }
+    }
+  }
+}
+
+// Decode splits the targets' 8-row groups across threads as one sequence weighted by bytes:
+// with any thread count every row is written once and equals the one-thread result, also
+// for row counts that are not multiples of 8, types of different row sizes, and more threads
+// than a target has groups.
+TEST(MatmulMulti, DecodeSplitAcrossThreadsEqualsOneThread) {
+  if (!cpu::has_avx2_kernels()) GTEST_SKIP() << "no AVX2";
+  const int64_t n = 576;
+  const GgmlType types[] = {GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q5_0};
+  const int64_t rows[] = {203, 20, 7, 96};  // every job over kMinParallelBytes
+  std::mt19937 rng(23);
+  std::vector<std::vector<uint8_t>> ws;
+  for (int j = 0; j < 4; ++j) ws.push_back(random_weights(types[j], rows[j] * n, rng));
+  const auto x = random_activations(n, rng, false);
+  std::vector<std::vector<float>> want(4);
+  MatmulScratch scratch;
+  for (int threads : {1, 2, 3, 7, 16, 40}) {
+    ThreadPool pool(threads);
+    std::vector<std::vector<float>> got(4);
+    std::vector<MatmulTarget> targets;
+    for (int j = 0; j < 4; ++j) {
+      got[j].assign(rows[j], std::numeric_limits<float>::quiet_NaN());
+      targets.push_back({{types[j], ws[j].data(), rows[j], n}, got[j].data()});
+    }
+    cpu::matmul_multi_isa(targets.data(), 4, x.data(), 1, pool, scratch, true);
+    if (threads == 1) want = got;
+    for (int j = 0; j < 4; ++j) {
+      for (int64_t r = 0; r < rows[j]; ++r) {
+        ASSERT_FALSE(std::isnan(got[j][r])) << "row " << r << " of target " << j << " unwritten";
+        ASSERT_EQ(got[j][r], want[j][r]) << threads << " threads, target " << j << " row " << r;
       }
     }
   }

@@ -16,6 +16,7 @@ Forward::Forward(const Model& model, ThreadPool& pool, KvStore& kv, const Sketch
     : model_(model), pool_(pool), kv_(kv), sketch_(sketch) {}
 
 Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logits) {
+  const ScopedNs run_timer{run_ns_};
   const ModelHParams& hp = model_.hp;
   const ModelWeights& w = model_.w;
   int64_t n_tok = 0;  // rows of the batch (UniPrefill drops shrink it layer by layer)
@@ -102,7 +103,10 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     rms_norm(h_.data(), L.attn_norm, hp.rms_eps, n_tok, E, x_.data());
     // q, k and v share their input: one activation conversion, one thread-pool job.
     const MatmulTarget qkv[3] = {{L.wq, q_.data()}, {L.wk, k_.data()}, {L.wv, v_.data()}};
-    matmul_multi(qkv, 3, x_.data(), n_tok, pool_, mm_);
+    {
+      const ScopedNs t{matmul_ns_};
+      matmul_multi(qkv, 3, x_.data(), n_tok, pool_, mm_);
+    }
     if (hp.qk_norm) {
       rms_norm(q_.data(), L.q_norm, hp.rms_eps, n_tok * hp.n_head, hp.head_dim, q_.data());
       rms_norm(k_.data(), L.k_norm, hp.rms_eps, n_tok * hp.n_head_kv, hp.head_dim, k_.data());
@@ -133,20 +137,29 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     if (observer_) observer_->on_layer(il, batch, q_.data(), pos_.data(), kv_);
     n_tok = uniprefill_select(il, n_tok);
     attention_layer(il, batch);
-    matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
+    {
+      const ScopedNs t{matmul_ns_};
+      matmul(L.wo, attn_.data(), n_tok, tmp_.data(), pool_, mm_);
+    }
     if (hp.post_norms) rms_norm(tmp_.data(), L.post_attn_norm, hp.rms_eps, n_tok, E, tmp_.data());
     for (int64_t i = 0; i < n_tok * E; ++i) h_[i] += tmp_[i];
 
     rms_norm(h_.data(), L.ffn_norm, hp.rms_eps, n_tok, E, x_.data());
     const MatmulTarget gate_up[2] = {{L.w_gate, gate_.data()}, {L.w_up, up_.data()}};
-    matmul_multi(gate_up, 2, x_.data(), n_tok, pool_, mm_);
+    {
+      const ScopedNs t{matmul_ns_};
+      matmul_multi(gate_up, 2, x_.data(), n_tok, pool_, mm_);
+    }
     pool_.parallel_for(n_tok, 4, [&](int64_t b, int64_t end) {
       float* g = gate_.data() + b * hp.n_ff;
       const float* u = up_.data() + b * hp.n_ff;
       if (hp.act == FfnAct::silu) silu_mul(g, u, (end - b) * hp.n_ff);
       else gelu_tanh_mul(g, u, (end - b) * hp.n_ff);
     });
-    matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_, mm_);
+    {
+      const ScopedNs t{matmul_ns_};
+      matmul(L.w_down, gate_.data(), n_tok, tmp_.data(), pool_, mm_);
+    }
     if (hp.post_norms) rms_norm(tmp_.data(), L.post_ffn_norm, hp.rms_eps, n_tok, E, tmp_.data());
     for (int64_t i = 0; i < n_tok * E; ++i) h_[i] += tmp_[i];
   }
@@ -165,6 +178,7 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     rms_norm(h_.data() + rows[r] * E, w.output_norm, hp.rms_eps, 1, E, x_.data() + r * E);
   }
   logits.resize(rows.size() * static_cast<size_t>(hp.n_vocab));
+  const ScopedNs t{matmul_ns_};
   matmul(w.output, x_.data(), static_cast<int64_t>(rows.size()), logits.data(), pool_, mm_);
   return {};
 }

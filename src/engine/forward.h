@@ -65,6 +65,11 @@ class Forward {
   // Wall time spent in attention since construction: sparse planning (scoring, selection)
   // plus the attention itself, every layer of every run (sieve bench's per-phase split).
   int64_t attention_ns() const { return attention_ns_; }
+  // Wall time in the weight matmuls (every layer's and the output head's), and in run() as a
+  // whole, since construction: what a decode step spends outside both is the serial glue
+  // (norms, RoPE, KV writes, residuals).
+  int64_t matmul_ns() const { return matmul_ns_; }
+  int64_t run_ns() const { return run_ns_; }
 
  private:
   // The store's stream of KV head h of layer il and h's index inside it (one stream per layer,
@@ -142,7 +147,7 @@ class Forward {
   std::vector<DropState> drop_;
   std::vector<int64_t> layer_rows_;
   std::span<const BatchEntry> batch_;  // the step being run
-  int64_t attention_ns_ = 0;
+  int64_t attention_ns_ = 0, matmul_ns_ = 0, run_ns_ = 0;
 };
 
 }  // namespace sieve

@@ -109,6 +109,8 @@ class PolicyRun {
     prefill_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     select_ns0_ = sp_ ? sp_->stats.select_ns : 0;
     attn_ns0_ = fwd_.attention_ns();
+    matmul_ns0_ = fwd_.matmul_ns();
+    run_ns0_ = fwd_.run_ns();
     decode_s_ = 0;
     tok_ = argmax(logits_);
     checksum_ = eval::fnv1a64("");
@@ -131,6 +133,8 @@ class PolicyRun {
     last_ = sp_ ? sp_->stats : SparseStats{};
     decode_select_ns_ = last_.select_ns - select_ns0_;
     decode_attn_ns_ = fwd_.attention_ns() - attn_ns0_;
+    decode_matmul_ns_ = fwd_.matmul_ns() - matmul_ns0_;
+    decode_run_ns_ = fwd_.run_ns() - run_ns0_;
     if (pre_) last_.add(pre_->stats);
     if (Status s = kv_.free_sequence(seq_); !s) throw UserError(s.message());
     if (!measured) return;
@@ -139,8 +143,11 @@ class PolicyRun {
   }
 
   nlohmann::json report(int32_t nt, int32_t len, int32_t n_decode, const std::string& dense_prefill) const {
-    // Per decoded token, the last repetition's: planning, and attention with its planning.
+    // Per decoded token, the last repetition's: planning, attention with its planning, the
+    // weight matmuls, and the whole forward pass (the rest of it is serial glue; what is
+    // outside it, the KV reservation, the sparse bookkeeping and the argmax).
     const double select_ms = decode_select_ns_ / 1e6 / n_decode, attn_ms = decode_attn_ns_ / 1e6 / n_decode;
+    const double matmul_ms = decode_matmul_ns_ / 1e6 / n_decode, forward_ms = decode_run_ns_ / 1e6 / n_decode;
     const std::string prefill_policy =
         resolved_.is_dense() && !dense_prefill.empty() ? dense_prefill : resolved_.describe();
     nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf_)}, {"ttft_ms", 1000.0 * len / median(pf_)},
@@ -153,14 +160,16 @@ class PolicyRun {
                         {"selection_cache_hit_rate", last_.hit_rate()},
                         {"decode_select_ms_per_token", select_ms},
                         {"decode_attention_ms_per_token", attn_ms},
+                        {"decode_matmul_ms_per_token", matmul_ms},
+                        {"decode_forward_ms_per_token", forward_ms},
                         {"tokens_evicted", last_.tokens_evicted},
                         {"prefill_row_fraction", last_.prefill_row_fraction()},
                         {"prefill_tokens_dropped", last_.prefill_dropped}};
     log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} ms/token in "
-             "attention, {:.2f} of it planning sparse attention), read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, "
-             "KV {:.1f} MiB",
+             "attention, {:.2f} of it planning sparse attention; {:.2f} in matmuls; {:.2f} in the forward pass), "
+             "read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, KV {:.1f} MiB",
              nt, len, resolved_.describe(), median(pf_), 1000.0 * len / median(pf_), median(dc_),
-             attn_ms, select_ms, 100 * last_.selected_fraction(), 100 * last_.hit_rate(),
+             attn_ms, select_ms, matmul_ms, forward_ms, 100 * last_.selected_fraction(), 100 * last_.hit_rate(),
              100 * last_.prefill_row_fraction(), kv_bytes_ / 1048576.0);
     return r;
   }
@@ -211,10 +220,10 @@ class PolicyRun {
   // whatever the --round, since each policy's state is its own.
   uint64_t checksum_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
-  int64_t select_ns0_ = 0, attn_ns0_ = 0;
+  int64_t select_ns0_ = 0, attn_ns0_ = 0, matmul_ns0_ = 0, run_ns0_ = 0;
   std::vector<double> pf_, dc_;
   SparseStats last_;
-  int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0;
+  int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0, decode_matmul_ns_ = 0, decode_run_ns_ = 0;
 };
 
 int run(BenchOptions o) {

@@ -115,8 +115,8 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       std::copy(q_.begin(), q_.begin() + n_tok * hp.q_dim(), qpre_.begin());
       std::copy(k_.begin(), k_.begin() + n_tok * hp.kv_dim(), kpre_.begin());
     }
-    rope(q_.data(), pos_.data(), n_tok, hp.n_head, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
-    rope(k_.data(), pos_.data(), n_tok, hp.n_head_kv, hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode);
+    rope_qk(q_.data(), hp.n_head, k_.data(), hp.n_head_kv, pos_.data(), n_tok, hp.head_dim, hp.n_rot,
+            hp.rope_base[il], hp.rope_mode);
     for (size_t i = 0; i < batch.size(); ++i) {
       const BatchEntry& e = batch[i];
       const int64_t off = entry_offset_[i];

@@ -203,9 +203,11 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
 
 // rt_refine: the indexer's picks re-scored exactly and cut by top-p with the sinks and window
 // counted. Given every candidate, p = 1 only drops keys below kTopPSlack of the mass (the
-// logits stay those of dense) and p = 0.999 keeps fewer keys, still close to dense (max
-// |logit| error 0.36-0.57 here, against 0.51-0.93 for a top-p 0.9 indexer alone); after a
-// top-p 0.9 indexer a lower p keeps a subset (fewer tokens, more as p rises).
+// logits stay those of dense) and p = 0.999 keeps fewer keys, still close to dense: its mean
+// |logit| error over the decode steps is below a top-p 0.9 indexer's alone (0.65 against
+// 0.83 here; per step 0.41-1.09 against 0.54-0.98: which keys sit at the 0.999 cut moves with
+// the activations' last bits, so one step may exceed the indexer's); after a top-p 0.9
+// indexer a lower p keeps a subset (fewer tokens, more as p rises).
 TEST(RtPurbo, RefineCutsTheIndexerPicksByExactMass) {
   auto m = test_smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
@@ -234,9 +236,17 @@ TEST(RtPurbo, RefineCutsTheIndexerPicksByExactMass) {
   ASSERT_EQ(one.logits.size(), dense.logits.size());
   for (size_t s = 0; s < one.logits.size(); ++s) {
     EXPECT_LT(max_abs_diff(one.logits[s], dense.logits[s]), 1e-3f) << s;
-    EXPECT_LT(max_abs_diff(close.logits[s], dense.logits[s]), 1.0f) << s;
+    EXPECT_LT(max_abs_diff(close.logits[s], dense.logits[s]), 1.5f) << s;
   }
   const Out base = with({"top_p=0.9"});
+  ASSERT_EQ(base.logits.size(), dense.logits.size());
+  double err_close = 0, err_base = 0;
+  for (size_t s = 0; s < dense.logits.size(); ++s) {
+    err_close += max_abs_diff(close.logits[s], dense.logits[s]);
+    err_base += max_abs_diff(base.logits[s], dense.logits[s]);
+  }
+  EXPECT_GT(err_base, 0.0);
+  EXPECT_LT(err_close, err_base) << "summed max |logit| error over the steps";
   const Out r5 = with({"top_p=0.9", "rt_refine=0.5"});
   const Out r9 = with({"top_p=0.9", "rt_refine=0.9"});
   EXPECT_GT(r5.stats.layer_steps, 0);

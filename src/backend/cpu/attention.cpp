@@ -6,12 +6,9 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/simd_avx2.h"
 #include "core/cpu_features.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define SIEVE_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 namespace sieve {
 namespace {
@@ -54,28 +51,6 @@ SIEVE_AVX2 inline float hsum(__m256 v) {
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
   return _mm_cvtss_f32(lo);
-}
-
-// exp(x) for x <= 0 (softmax after subtracting the max): range reduction to
-// r in [-ln2/2, ln2/2], degree-6 Taylor polynomial (rel. error ~2e-7), scale by 2^n.
-// Inputs below -87 (and -inf) give exactly 0.
-SIEVE_AVX2 inline __m256 exp_neg(__m256 x) {
-  const __m256 zero_mask = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(zero_mask, res);
 }
 
 // Scores for 8 keys at once: one accumulator per key over the head dimension, then a
@@ -147,7 +122,7 @@ SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
   __m256 acc = _mm256_setzero_ps();
   int t = 0;
   for (; t + 8 <= n; t += 8) {
-    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
+    const __m256 p = simd::exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), vm));
     _mm256_storeu_ps(s + t, p);
     acc = _mm256_add_ps(acc, p);
   }
@@ -157,7 +132,7 @@ SIEVE_AVX2 float tile_exp_avx2(float* s, int n, float m) {
   if (t < n) {
     alignas(32) float tail[8];
     for (int i = 0; i < 8; ++i) tail[i] = t + i < n ? s[t + i] : kNegInf;
-    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_load_ps(tail), vm));
+    const __m256 p = simd::exp_neg(_mm256_sub_ps(_mm256_load_ps(tail), vm));
     _mm256_store_ps(tail, p);
     for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
     acc = _mm256_add_ps(acc, p);

@@ -2,14 +2,10 @@
 
 #include <cmath>
 
+#include "backend/cpu/simd_avx2.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/rope_mode.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define SIEVE_AVX2 __attribute__((target("avx2,fma,f16c")))
-#endif
 
 namespace sieve {
 namespace {
@@ -95,12 +91,46 @@ void f16_to_f32_row(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
 }
 
+namespace {
+
+#if SIEVE_HAVE_AVX2_BUILD
+// sum x[i]^2 in double, 8 lanes. A float's square is exact in double and the sum of a few
+// thousand of them carries ~1e-13 relative error in any order, far below the float that the
+// scale becomes; so this equals the scalar sum's scale except within 1e-13 of a rounding tie.
+SIEVE_AVX2 double sum_squares_avx2(const float* x, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    a0 = _mm256_fmadd_pd(lo, lo, a0);
+    a1 = _mm256_fmadd_pd(hi, hi, a1);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  double ss = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+#endif
+
+double sum_squares(const float* x, int64_t n) {
+#if SIEVE_HAVE_AVX2_BUILD
+  if (use_avx2()) return sum_squares_avx2(x, n);
+#endif
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+
+}  // namespace
+
 void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t n, float* out) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* o = out + r * n;
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double ss = sum_squares(xr, n);
     const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
     for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
   }
@@ -126,8 +156,8 @@ void rotate_pairs(float* x, int n_heads, int head_dim, int half, RopeMode mode, 
 
 }  // namespace
 
-void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
-          float base, RopeMode mode) {
+void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* pos, int64_t n_tok,
+             int head_dim, int n_rot, float base, RopeMode mode) {
   const int half = n_rot / 2;
   // inv_freq[i] = base^(-2i/n_rot); the angle is formed in double so that positions in the
   // hundreds of thousands keep their precision.
@@ -140,8 +170,14 @@ void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim
       cs[i] = static_cast<float>(std::cos(ang));
       sn[i] = static_cast<float>(std::sin(ang));
     }
-    rotate_pairs(x + t * n_heads * head_dim, n_heads, head_dim, half, mode, cs, sn);
+    rotate_pairs(q + t * n_q_heads * head_dim, n_q_heads, head_dim, half, mode, cs, sn);
+    if (k) rotate_pairs(k + t * n_k_heads * head_dim, n_k_heads, head_dim, half, mode, cs, sn);
   }
+}
+
+void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
+          float base, RopeMode mode) {
+  rope_qk(x, n_heads, nullptr, 0, pos, n_tok, head_dim, n_rot, base, mode);
 }
 
 RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode)
@@ -306,7 +342,60 @@ void RopeRotator::rotate_near(float* x, int n_rows, int64_t stride, const int64_
   }
 }
 
+namespace {
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+
+#if SIEVE_HAVE_AVX2_BUILD
+// The activations run on the caller alone in decode (one row of n_ff), between two pool jobs,
+// so their cost is serial time: 8 lanes with simd::exp_neg (a polynomial) instead of one
+// libm exp per element (~1,500 per layer for SmolLM2, ~10 us). Every element goes through the
+// vector code, the last partial block on a padded copy, so its value does not depend on n or
+// on its position (a prefill row equals the decode row).
+// sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) for g < 0, with e = exp(-|g|) <= 1.
+SIEVE_AVX2_INLINE __m256 sigmoid8(__m256 g) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  const __m256 e = simd::exp_neg(_mm256_or_ps(g, sign));  // exp(-|g|)
+  const __m256 num = _mm256_blendv_ps(one, e, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_div_ps(num, _mm256_add_ps(one, e));
+}
+
+// silu(g) * u
+SIEVE_AVX2_INLINE __m256 silu8(__m256 g, __m256 u) {
+  return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(g)), u);
+}
+
+// 0.5 g (1 + tanh(y)) u with y = c g (1 + 0.044715 g^2); 1 + tanh(y) = 2 sigmoid(2y).
+SIEVE_AVX2_INLINE __m256 gelu8(__m256 g, __m256 u) {
+  const __m256 g2 = _mm256_mul_ps(g, g);
+  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluC), g),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g2, _mm256_set1_ps(1.0f)));
+  const __m256 s = sigmoid8(_mm256_add_ps(y, y));
+  return _mm256_mul_ps(_mm256_mul_ps(g, s), u);
+}
+
+template <__m256 (*F)(__m256, __m256)>
+SIEVE_AVX2 void act_mul_avx2(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, F(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    alignas(32) float g[8] = {}, u[8] = {};
+    for (int64_t j = 0; i + j < n; ++j) {
+      g[j] = gate[i + j];
+      u[j] = up[i + j];
+    }
+    _mm256_store_ps(g, F(_mm256_load_ps(g), _mm256_load_ps(u)));
+    for (int64_t j = 0; i + j < n; ++j) gate[i + j] = g[j];
+  }
+}
+#endif
+
+}  // namespace
+
 void silu_mul(float* gate, const float* up, int64_t n) {
+#if SIEVE_HAVE_AVX2_BUILD
+  if (use_avx2()) return act_mul_avx2<silu8>(gate, up, n);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
@@ -314,10 +403,12 @@ void silu_mul(float* gate, const float* up, int64_t n) {
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n) {
-  constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+#if SIEVE_HAVE_AVX2_BUILD
+  if (use_avx2()) return act_mul_avx2<gelu8>(gate, up, n);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
-    gate[i] = 0.5f * g * (1.0f + std::tanh(kC * g * (1.0f + 0.044715f * g * g))) * up[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kGeluC * g * (1.0f + 0.044715f * g * g))) * up[i];
   }
 }
 

@@ -16,6 +16,10 @@ void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t
 // pos[t] * base^(-2i/n_rot); NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
 void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
           float base, RopeMode mode);
+// rope() of q [n_tok, n_q_heads, head_dim] and k [n_tok, n_k_heads, head_dim] at the same
+// positions, bitwise as two calls; the cos/sin are formed once per token for both.
+void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* pos, int64_t n_tok,
+             int head_dim, int n_rot, float base, RopeMode mode);
 
 // RoPE rotations by arbitrary (also negative) position offsets without trigonometry per
 // call: cos/sin of p * theta_i come from two small tables (p = hi * 1024 + lo, angle

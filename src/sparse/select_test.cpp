@@ -76,6 +76,32 @@ TEST(Pick, TopKEqualsSortReference) {
   }
 }
 
+// Long rows whose k-th value sits among keys that share their top 11 and 22 bits (the second
+// and third radix levels decide), with exact ties, negatives and both zeros (-0 ties +0).
+TEST(Pick, TopKOfCrowdedScoresEqualsSortReference) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int n = 2000 + static_cast<int>(rng() % 30000);
+    const int k = 1 + static_cast<int>(rng() % (n - 1));
+    std::vector<float> s(n);
+    const float base = 1e-4f * static_cast<float>(1 + trial % 5);
+    for (float& x : s) {
+      const uint32_t r = rng() % 16;
+      if (r == 0) x = 0.0f;
+      else if (r == 1) x = -0.0f;
+      else if (r == 2) x = -base;
+      else if (r < 6) x = base;  // exact ties
+      else x = std::nextafter(base, 1.0f) + base * 1e-4f * static_cast<float>(rng() % 4096);  // low bits differ
+    }
+    std::vector<int32_t> ref(n);
+    std::iota(ref.begin(), ref.end(), 0);
+    std::stable_sort(ref.begin(), ref.end(), [&](int a, int b) { return s[a] > s[b]; });
+    ref.resize(k);
+    std::sort(ref.begin(), ref.end());
+    EXPECT_EQ(pick_tokens(s.data(), n, k, 0.0f, 0, 1), ref) << "trial " << trial << " n " << n << " k " << k;
+  }
+}
+
 TEST(Pick, TopPIsTheSmallestSetReachingTheMass) {
   std::vector<float> s = {0.05f, 0.5f, 0.1f, 0.3f, 0.05f};
   EXPECT_EQ(pick_tokens(s.data(), 5, 0, 0.5f, 0, 1), (std::vector<int32_t>{1}));

@@ -3,18 +3,10 @@
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
-#include <cstring>
 #include <iterator>
 #include <limits>
 
 namespace sieve {
-
-uint32_t topp_key(float f) {
-  if (f == 0.0f) f = 0.0f;  // -0 ranks with +0, as float comparison has it
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 namespace {
 

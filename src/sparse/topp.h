@@ -26,6 +26,7 @@
 //              m is taken as n, i.e. the cap decides.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -51,7 +52,11 @@ struct TopPCut {
 };
 
 // Monotone image of a float: a < b  <=>  topp_key(a) < topp_key(b) (non-NaN; -0 maps as +0).
-uint32_t topp_key(float f);
+// Inline: the selections call it once per score in their histogram and split passes.
+inline uint32_t topp_key(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f) & (f == 0.0f ? 0u : ~0u);  // -0 ranks with +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
 
 // Reusable buffers: a caller that selects every step keeps one and allocates nothing.
 struct TopPScratch {

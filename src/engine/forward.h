@@ -134,7 +134,7 @@ class Forward {
   std::vector<KeySet> segs_;  // window_segments() of a local-head decode task
   std::vector<EntryPlan> plans_;
   std::vector<std::unique_ptr<RopeRotator>> rotators_;  // one per distinct RoPE base
-  std::vector<float> sc_logits_, sc_score_, sc_q_;  // selection scratch
+  std::vector<float> sc_logits_, sc_score_, sc_q_, sc_inv_;  // selection scratch (sc_inv_: 1 / each head's softmax sum)
   std::vector<float> rt_logits_;                    // RTPurbo: indexer logits [items, candidates]
   MatmulScratch mm_;
   // activations, [n_tok, ...]

@@ -204,9 +204,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     }
     if (hit) {
       // The cached set, plus the tokens that left the window since it was picked (they were
-      // never ranked; reading them keeps the reuse from silently losing recent context).
-      picked_abs = L.picked[u];
-      for (int32_t j = std::max(c0, L.picked_end[u]); j < pick_end; ++j) picked_abs.push_back(j);
+      // never ranked; reading them keeps the reuse from silently losing recent context): the
+      // key set below reads them as a longer window.
       if (P.evicts()) {  // the reused selection's votes count for this query too
         // (votes are empty unless the step that made them had more keys than sinks, so they
         // start at the sinks' end then as now)
@@ -308,20 +307,22 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       sp.stats.bytes_read += P.scorer == ScorerKind::exact ? int64_t{n} * (kv1 - kv0) * d * 2
                                                            : int64_t{n} * (kv1 - kv0) * ds * 4;
       if (P.aggregation == AggregationKind::soft_vote) {
-        // Per-head softmax (parallel over heads), then the sum over heads.
+        // Per-head softmax (parallel over heads: exp(l - max) and its sum), then the sum over
+        // heads, each head's row scaled by 1 / its sum there (one pass less over the logits).
+        sc_inv_.assign(heads_per_unit, 0.0f);
         pool_.parallel_for(heads_per_unit, 1, [&](int64_t a, int64_t z) {
           for (int64_t h = a; h < z; ++h) {
             float* row = sc_logits_.data() + h * n;
             const float m = n > 0 ? *std::max_element(row, row + n) : 0.0f;
             const double sum = exp_shift_sum(row, n, m);
-            const float inv = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
-            for (int32_t j = 0; j < n; ++j) row[j] *= inv;
+            sc_inv_[h] = sum > 0 ? static_cast<float>(1.0 / sum) : 0.0f;
           }
         });
         pool_.parallel_for(n, 4096, [&](int64_t a, int64_t z) {
           for (int32_t h = 0; h < heads_per_unit; ++h) {
             const float* row = sc_logits_.data() + int64_t{h} * n;
-            for (int64_t j = a; j < z; ++j) sc_score_[j] += row[j];
+            const float inv = sc_inv_[h];
+            for (int64_t j = a; j < z; ++j) sc_score_[j] += row[j] * inv;
           }
         });
       } else {
@@ -361,7 +362,12 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     }
     if (select_now) {
       std::vector<int32_t>& keys = plan.keys[kv0];
-      build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
+      if (hit) {
+        const int32_t reach = std::max(P.local, n_prefix - std::max(c0, L.picked_end[u]));
+        build_key_set(n_prefix, n_q, P.sinks, reach, 0, L.picked[u], keys);
+      } else {
+        build_key_set(n_prefix, n_q, P.sinks, P.local, 0, picked_abs, keys);
+      }
       for (int32_t hk = kv0 + 1; hk < kv1; ++hk) plan.keys[hk].assign(keys.begin(), keys.end());
       // The cached selection's sinks and picks (the set's first keys): the step that selects
       // them writes a copy as its attention reads them, and the steps that reuse them read it.

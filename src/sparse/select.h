@@ -35,8 +35,9 @@ void max_pool_scores(const float* in, int32_t n, int32_t w, float* out);
 std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p, int32_t min_keep,
                                  int32_t block);
 
-// The keys a query chunk reads: sinks [0, min(sinks, n_prefix)), picked (indices relative
-// to `pick_begin`), the window [n_prefix - local, n_prefix), then the chunk's own tokens
+// The keys a query chunk reads: sinks [0, min(sinks, n_prefix)), picked (ascending, indices
+// relative to `pick_begin`; those falling among the sinks or the window are dropped), the
+// window [n_prefix - local, n_prefix), then the chunk's own tokens
 // [n_prefix, n_prefix + n_chunk) - ascending and without duplicates.
 void build_key_set(int32_t n_prefix, int32_t n_chunk, int32_t sinks, int32_t local,
                    int32_t pick_begin, std::span<const int32_t> picked, std::vector<int32_t>& out);

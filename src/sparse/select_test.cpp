@@ -132,6 +132,11 @@ TEST(KeySet, SinksPickedWindowAndChunkInOrder) {
   std::vector<int32_t> want = {0, 1, 2, 7, 32};
   for (int j = 92; j < 103; ++j) want.push_back(j);
   EXPECT_EQ(out, want);
+  // Picks among the sinks or in the window are read once, as sinks or window keys.
+  build_key_set(100, 0, 4, 8, 0, std::vector<int32_t>{1, 3, 10, 50, 92, 95}, out);
+  want = {0, 1, 2, 3, 10, 50};
+  for (int j = 92; j < 100; ++j) want.push_back(j);
+  EXPECT_EQ(out, want);
 }
 
 TEST(Eviction, H2OKeepsTheHeaviestAndSTCAReachesTheMass) {

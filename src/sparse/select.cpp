@@ -147,21 +147,18 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
                                  int32_t block) {
   if (n <= 0) return {};
   block = std::max(block, 1);
-  if (p > 0.0f && block == 1) {  // token granularity: the sort-free selection (topp.h)
+  if (block == 1) {  // token granularity: the sort-free radix selections
+    if (p <= 0.0f) return top_indices(score, n, k > 0 ? k : n);
     std::vector<int32_t> out;
     TopPScratch scratch;
     top_p_select(score, n, TopPParams{p, min_keep, k > 0 ? k : 0}, out, scratch);
     return out;
   }
-  if (p <= 0.0f && block == 1) return top_indices(score, n, k > 0 ? k : n);  // ascending already
+  // Blocks of `block` tokens, scored by their sum.
   const int32_t n_blocks = (n + block - 1) / block;
-  std::vector<float> bscore;
-  const float* s = score;
-  if (block > 1) {
-    bscore.assign(n_blocks, 0.0f);
-    for (int32_t j = 0; j < n; ++j) bscore[j / block] += score[j];
-    s = bscore.data();
-  }
+  std::vector<float> bscore(n_blocks, 0.0f);
+  for (int32_t j = 0; j < n; ++j) bscore[j / block] += score[j];
+  const float* s = bscore.data();
   // Blocks in rank order, as far as needed.
   std::vector<int32_t> order;
   auto better = [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
@@ -187,7 +184,7 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
   } else {
     const int32_t want_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, (cap_tokens + block - 1) / block));
     order = top_indices(s, n_blocks, want_blocks);
-    if (block > 1) std::sort(order.begin(), order.end(), better);  // the budget may cut the last block
+    std::sort(order.begin(), order.end(), better);  // the budget may cut the last block
     int64_t tokens = 0;
     for (int32_t b : order) {
       const int32_t len = std::min(block, n - b * block);
@@ -196,7 +193,7 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
       tokens += len;
     }
   }
-  if (block > 1) std::sort(chosen.begin(), chosen.end());  // in rank order; top_indices' are ascending
+  std::sort(chosen.begin(), chosen.end());  // in rank order
   std::vector<int32_t> out;
   for (int32_t b : chosen) {
     for (int32_t j = b * block; j < std::min(n, (b + 1) * block); ++j) out.push_back(j);
@@ -218,11 +215,7 @@ void build_key_set(int32_t n_prefix, int32_t n_chunk, int32_t sinks, int32_t loc
   int32_t* o = out.data();
   std::iota(o, o + sink_end, 0);
   o += sink_end;
-  if (pick_begin == 0) {
-    o = std::copy(a, b, o);
-  } else {
-    o = std::transform(a, b, o, [pick_begin](int32_t r) { return pick_begin + r; });
-  }
+  o = std::transform(a, b, o, [pick_begin](int32_t r) { return pick_begin + r; });
   std::iota(o, out.data() + out.size(), win_begin);
 }
 

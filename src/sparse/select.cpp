@@ -24,82 +24,11 @@ void softmax_row(float* row, int32_t n) {
   for (int32_t j = 0; j < n; ++j) row[j] *= inv;
 }
 
-// Indices of the k largest values (ties to the lower index), ascending.
-// Radix select over the order-preserving key (topp_key): a histogram of the top 11 bits finds
-// the bin holding the k-th value; one pass then splits the indices into those of higher bins
-// (all in) and those of that bin (the candidates); the next 11 and 10 bits, histogrammed over
-// the candidates alone, give the exact k-th key T and how many keys equal to T are in. The
-// chosen candidates, in index order, merge with the rest. Two passes over n, no sort.
-// (A decode miss picks 2,048 of ~16K soft-vote scores, which crowd a few bins: the histogram
-// counts into four interleaved copies so that consecutive increments of one bin do not wait
-// on each other, and the passes that split indices write both ways without a branch.)
+// Indices of the k largest values (ties to the lower index), ascending: topp.h's top-k.
 std::vector<int32_t> top_indices(const float* v, int32_t n, int32_t k) {
-  k = std::max(0, std::min(k, n));
+  thread_local TopPScratch scratch;
   std::vector<int32_t> out;
-  if (k == 0) return out;
-  if (k == n) {
-    out.resize(n);
-    std::iota(out.begin(), out.end(), 0);
-    return out;
-  }
-  constexpr int kShift0 = 21, kBins = 1 << 11, kCopies = 4;
-  thread_local std::vector<uint32_t> key;
-  thread_local std::vector<int32_t> hist4, higher, cand;
-  key.resize(n);
-  hist4.assign(static_cast<size_t>(kCopies) * kBins, 0);
-  uint32_t* kp = key.data();
-  for (int32_t i = 0; i < n; ++i) kp[i] = topp_key(v[i]);
-  int32_t* h = hist4.data();
-  int32_t j = 0;
-  for (; j + kCopies <= n; j += kCopies) {
-    h[kp[j] >> kShift0]++;
-    h[kBins + (kp[j + 1] >> kShift0)]++;
-    h[2 * kBins + (kp[j + 2] >> kShift0)]++;
-    h[3 * kBins + (kp[j + 3] >> kShift0)]++;
-  }
-  for (; j < n; ++j) h[kp[j] >> kShift0]++;
-  int32_t above = 0, bin = kBins - 1, in_bin = 0;
-  for (;; --bin) {
-    in_bin = hist4[bin] + hist4[kBins + bin] + hist4[2 * kBins + bin] + hist4[3 * kBins + bin];
-    if (above + in_bin >= k) break;
-    above += in_bin;
-  }
-  higher.resize(static_cast<size_t>(above) + 1);
-  cand.resize(static_cast<size_t>(in_bin) + 1);
-  int32_t n_higher = 0, n_cand = 0;
-  for (j = 0; j < n; ++j) {
-    const uint32_t b = key[j] >> kShift0;
-    higher[n_higher] = j;
-    n_higher += b > static_cast<uint32_t>(bin);
-    cand[n_cand] = j;
-    n_cand += b == static_cast<uint32_t>(bin);
-  }
-  // The exact k-th key inside the bin: bits 20..10, then 9..0 among the keys sharing them.
-  int32_t need = k - above;
-  uint32_t t = static_cast<uint32_t>(bin) << kShift0;
-  int32_t hist[kBins];
-  for (const auto& [bits, shift] : {std::pair{11, 10}, std::pair{10, 0}}) {
-    const uint32_t mask = (1u << bits) - 1u, prefix_mask = ~((mask << shift) | ((1u << shift) - 1u));
-    std::fill(hist, hist + (1 << bits), 0);
-    for (int32_t i = 0; i < n_cand; ++i) {
-      const uint32_t u = key[cand[i]];
-      if ((u & prefix_mask) == t) hist[(u >> shift) & mask]++;
-    }
-    int32_t b = static_cast<int32_t>(mask);
-    for (; b > 0 && hist[b] < need; --b) need -= hist[b];
-    t |= static_cast<uint32_t>(b) << shift;
-  }
-  // Keys above t are in, and the first `need` keys equal to t.
-  int32_t n_pick = 0, ties = 0;
-  for (int32_t i = 0; i < n_cand; ++i) {
-    const int32_t c = cand[i];
-    const bool tie = key[c] == t;
-    cand[n_pick] = c;
-    n_pick += (key[c] > t) | (tie & (ties < need));
-    ties += tie;
-  }
-  out.resize(static_cast<size_t>(n_higher) + n_pick);  // == k
-  std::merge(higher.begin(), higher.begin() + n_higher, cand.begin(), cand.begin() + n_pick, out.begin());
+  top_k_select(v, n, k, out, scratch);
   return out;
 }
 

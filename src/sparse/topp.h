@@ -15,6 +15,10 @@
 // emits the indices in ascending order. Cost: three passes over n plus passes over the
 // threshold bin's candidates (usually a small fraction); no sort, O(2048) memory per level.
 //
+// Top-k (top_k_cut, top_k_select; also the top-p floor and cap) is the same descent by count
+// over precomputed keys: level 1 counts into interleaved histograms, one pass splits the
+// indices into the higher bins' and the threshold bin's, and the set is those two lists merged.
+//
 // Definitions shared with the sort-based reference (topp_test.cpp) and pick_tokens:
 //   mass(j)  = max(score[j], 0)        (negative scores and -0 weigh nothing; NaN is not allowed)
 //   total    = sum_j mass(j)           (double)
@@ -61,13 +65,17 @@ inline uint32_t topp_key(float f) {
 // Reusable buffers: a caller that selects every step keeps one and allocates nothing.
 struct TopPScratch {
   std::vector<int32_t> cand, next;
+  std::vector<uint32_t> key;  // top-k: the monotone keys of the row
   std::vector<float> mass;  // top_p_select_logits: the unnormalised softmax
 };
 
 // The cut of the top-p set of score[0..n) (see the definitions above).
 TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPScratch& scratch);
-// The cut of the exact top-k (k clamped to [0, n]; ties to the lower index).
+// The cut of the exact top-k (k clamped to [0, n]; ties to the lower index). The descent by
+// count works on the keys alone: mass and total are left 0.
 TopPCut top_k_cut(const float* score, int32_t n, int32_t k, TopPScratch& scratch);
+// Ascending indices of that top-k (the descent's split lists merged: no pass to emit).
+void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>& out, TopPScratch& scratch);
 // Ascending indices of the set described by cut (one pass).
 void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int32_t>& out);
 

@@ -244,6 +244,17 @@ TEST(TopP, TopKCutIsExactTopK) {
     std::vector<int32_t> got;
     emit_cut(s.data(), n, top_k_cut(s.data(), n, k, sc), got);
     EXPECT_EQ(got, ref) << "trial " << trial;
+    // The same set from the descent's own lists, and the floor-only top-p (p = 0) with the
+    // set's mass and the row's total, which the count descent leaves to its caller.
+    top_k_select(s.data(), n, k, got, sc);
+    EXPECT_EQ(got, ref) << "trial " << trial;
+    const TopPCut cut = top_p_cut(s.data(), n, TopPParams{0.0f, k, 0}, sc);
+    double mass = 0, total = 0;
+    for (int32_t j : ref) mass += std::max(0.0f, s[j]);
+    for (float x : s) total += std::max(0.0f, x);
+    EXPECT_EQ(cut.count, static_cast<int32_t>(ref.size())) << "trial " << trial;
+    EXPECT_NEAR(cut.mass, mass, 1e-9 * total + 1e-30) << "trial " << trial;
+    EXPECT_NEAR(cut.total, total, 1e-9 * total + 1e-30) << "trial " << trial;
   }
 }
 

@@ -137,20 +137,6 @@ TopPCut descend(const float* s, int32_t n, double p, TopPScratch& sc) {
   return cut;
 }
 
-TopPCut all_or_none(const float* s, int32_t n, bool all) {
-  TopPCut cut;
-  for (int32_t j = 0; j < n; ++j) cut.total += mass_of(s[j]);
-  if (all) {
-    cut.count = n;
-    cut.mass = cut.total;
-    cut.key = 0;
-    cut.n_ties = n;  // emit_cut takes everything when count == n
-  } else {
-    cut.key = std::numeric_limits<uint32_t>::max();
-  }
-  return cut;
-}
-
 // The descent by count (0 < k < n), over the keys themselves: a histogram of the top 11 bits
 // finds the bin holding the k-th value; one pass then splits the indices into those of higher
 // bins (all in: sc.next[0..*n_higher)) and those of that bin (the candidates); the next 11
@@ -261,10 +247,16 @@ void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>
 
 namespace {
 
-// The top-k cut with the set's mass, for top-p's floor and cap (total: the row's).
+// The top-k cut with the set's mass, for top-p's floor and cap (total: the row's, which the
+// caller has already summed).
 TopPCut weighed_top_k_cut(const float* score, int32_t n, int32_t k, double total, TopPScratch& scratch) {
   k = std::clamp(k, 0, n);
-  if (k == 0 || k == n) return all_or_none(score, n, k == n && n > 0);
+  if (k == 0 || k == n) {
+    TopPCut cut = top_k_cut(score, n, k, scratch);
+    cut.mass = k == n ? total : 0.0;
+    cut.total = total;
+    return cut;
+  }
   int32_t n_higher = 0, n_pick = 0;
   TopPCut cut = count_descent(score, n, k, scratch, &n_higher, &n_pick);
   for (int32_t i = 0; i < n_higher; ++i) cut.mass += mass_of(score[scratch.next[i]]);
@@ -295,11 +287,7 @@ TopPCut cut_for_share(const float* score, int32_t n, double p, int32_t min_keep,
     const int b = probe.pick(tl_hist);
     const int32_t m_lo = probe.acc_count + 1, m_hi = probe.acc_count + tl_hist.count[b];
     const int32_t k = m_lo > cap ? cap : m_hi < floor ? std::min(floor, cap) : -1;
-    if (k >= 0) {
-      TopPCut cut = weighed_top_k_cut(score, n, k, total0, scratch);
-      cut.total = total0;
-      return cut;
-    }
+    if (k >= 0) return weighed_top_k_cut(score, n, k, total0, scratch);
   }
   TopPCut cut = descend(score, n, p, scratch);
   const int32_t m = cut.count < 0 ? n : cut.count;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cuda/atomic>
+#include <type_traits>
 
 #include "backend/cuda/kernels/attn_decode.cuh"
 #include "backend/cuda/kernels/common.cuh"
@@ -249,28 +250,55 @@ __device__ __forceinline__ float step_key_score(uint4 raw, const float (*s_q)[DS
 }
 
 // Selection alone, P0: the chunk's n given scores -> the score cache (if any) and the level-0
-// histogram (top 11 key bits; with s_mass, also the score mass per bin for top-p); U loads per
-// thread in flight. NT threads.
-template <int NT, int U>
+// histogram (top 11 key bits; with s_mass, also the score mass per bin for top-p). NT threads,
+// U loads of V floats (1 or 4) per thread in flight. With V = 4 a scalar head reaches the
+// first 16-byte boundary, float4s follow, then a scalar tail: four times the bytes in flight,
+// which bounds the grid step's phase when a CTA holds a few thousand scores (bench/
+// RESULTS-cuda.md, run 16). The cluster step keeps V = 1 (its 512 threads already have a
+// chunk in flight, and the float4 registers made it spill).
+template <int NT, int U, int V>
 __device__ inline void step_load_scores(const float* src, int n, float* cache, uint32_t* s_hist,
                                         float* s_mass = nullptr) {
-  for (int base = 0; base < n; base += NT * U) {
-    float v[U];
+  static_assert(V == 1 || V == 4, "scalar or float4 loads");
+  const int tid = static_cast<int>(threadIdx.x);
+  auto add = [&](int i, float v) {
+    if (cache != nullptr) cache[i] = v;
+    const uint32_t bin = float_key(v) >> 21;
+    atomicAdd(s_hist + bin, 1u);
+    if (s_mass != nullptr) atomicAdd(s_mass + bin, v);
+  };
+  int head = 0, n_vec = n;  // scalar head; whole vectors after it
+  if constexpr (V == 4) {
+    head = min(n, (4 - static_cast<int>((reinterpret_cast<uintptr_t>(src) >> 2) & 3)) & 3);
+    if (tid < head) add(tid, __ldcg(src + tid));
+    n_vec = (n - head) / 4;
+  }
+  using vec = std::conditional_t<V == 4, float4, float>;
+  const vec* src_v = reinterpret_cast<const vec*>(src + head);
+  for (int base = 0; base < n_vec; base += NT * U) {
+    vec v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int i = base + u * NT + static_cast<int>(threadIdx.x);
-      v[u] = i < n ? __ldcg(src + i) : 0.f;
+      const int j = base + u * NT + tid;
+      v[u] = j < n_vec ? __ldcg(src_v + j) : vec{};
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int i = base + u * NT + static_cast<int>(threadIdx.x);
-      if (i < n) {
-        if (cache != nullptr) cache[i] = v[u];
-        atomicAdd(s_hist + (float_key(v[u]) >> 21), 1u);
-        if (s_mass != nullptr) atomicAdd(s_mass + (float_key(v[u]) >> 21), v[u]);
+      const int j = base + u * NT + tid;
+      if (j >= n_vec) continue;
+      if constexpr (V == 4) {
+        const int i = head + 4 * j;
+        add(i, v[u].x);
+        add(i + 1, v[u].y);
+        add(i + 2, v[u].z);
+        add(i + 3, v[u].w);
+      } else {
+        add(j, v[u]);
       }
     }
   }
+  if constexpr (V == 4)
+    for (int i = head + 4 * n_vec + tid; i < n; i += NT) add(i, __ldcg(src + i));
 }
 
 // P3: (> T, == T) counts per slab of 32 consecutive scores (one per lane, ballots), four
@@ -458,7 +486,7 @@ __global__ void __launch_bounds__(step_threads) sparse_step_kernel(const step_pa
     }
   } else {
     __syncthreads();
-    step_load_scores<step_threads, 8>(gsc + begin, n, cached ? cache : nullptr, s_hist);
+    step_load_scores<step_threads, 8, 4>(gsc + begin, n, cached ? cache : nullptr, s_hist);
   }
   __syncthreads();
   step_flush(s_hist, step_bins, gh);

@@ -47,6 +47,8 @@ inline std::string g_filter;
 inline int g_iters = 20;
 inline bool g_quick = false;
 inline int g_only_n = 0, g_only_b = 0;  // restrict the model-shape loops (profiling one case)
+inline int g_page_size = 16;        // tokens per KV (and sketch) page of the model-shape cases
+inline bool g_shuffle_pages = true;  // false: each sequence's pages in order (a fresh pool)
 inline device_facts g_dev;
 inline launch_cfg g_lc;
 
@@ -119,7 +121,7 @@ struct shape {
   int n_q, n_kv, D;
 };
 
-// Paged cache over shared K/V buffers: pages in shuffled order.
+// Paged cache over shared K/V buffers: pages in shuffled order (--pages-in-order: in order).
 struct cache {
   int B = 0, N = 0, ps = 16, n_kv = 0, D = 0;
   int32_t *indptr = nullptr, *indices = nullptr, *last = nullptr, *lens = nullptr;
@@ -136,7 +138,7 @@ struct cache {
         ln(B, N);
     for (int i = 0; i <= B; ++i) ip[i] = i * per;
     std::iota(ix.begin(), ix.end(), 0);
-    std::shuffle(ix.begin(), ix.end(), rng);
+    if (g_shuffle_pages) std::shuffle(ix.begin(), ix.end(), rng);
     indptr = dupload(ip);
     indices = dupload(ix);
     last = dupload(la);

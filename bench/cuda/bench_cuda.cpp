@@ -517,13 +517,22 @@ int main(int argc, char** argv) {
       g_only_n = std::atoi(argv[++i]);
     else if (a == "--only-b" && i + 1 < argc)
       g_only_b = std::atoi(argv[++i]);
+    else if (a == "--page-size" && i + 1 < argc)
+      g_page_size = std::atoi(argv[++i]);
+    else if (a == "--pages-in-order")
+      g_shuffle_pages = false;
     else {
       std::fprintf(
           stderr,
           "usage: bench_cuda [--out FILE] [--filter SUBSTR] [--iters N] [--quick] [--only-n N] "
-          "[--only-b B]\n");
+          "[--only-b B] [--page-size P] [--pages-in-order]\n");
       return 1;
     }
+  }
+  if (g_page_size < 1 || g_page_size > 1024 || (g_page_size & (g_page_size - 1)) != 0) {
+    std::fprintf(stderr, "bench_cuda: --page-size must be a power of two in 1..1024, not %d\n",
+                 g_page_size);
+    return 1;
   }
   auto dev = current_device();
   if (!dev) {
@@ -604,6 +613,7 @@ int main(int argc, char** argv) {
       for (int B : {1, 8}) {
         if ((g_only_n && N != g_only_n) || (g_only_b && B != g_only_b)) continue;
         cache c;
+        c.ps = g_page_size;
         c.build(B, N, sh, bf.k, bf.v, rng);
         bench_dense_decode(c, sh, bf);
         const bool main_shape = sh.n_q == k_llama.n_q;
@@ -623,6 +633,7 @@ int main(int argc, char** argv) {
     for (int N : Ns) {
       if (N == 524288 || (g_only_n && N != g_only_n)) continue;
       cache c;
+      c.ps = g_page_size;
       c.build(1, N, sh, bf.k, bf.v, rng);
       bench_prefill(c, sh, bf);
       c.free_all();

@@ -123,7 +123,7 @@ struct shape {
 
 // Paged cache over shared K/V buffers: pages in shuffled order (--pages-in-order: in order).
 struct cache {
-  int B = 0, N = 0, ps = 16, n_kv = 0, D = 0;
+  int B = 0, N = 0, ps = g_page_size, n_kv = 0, D = 0;
   int32_t *indptr = nullptr, *indices = nullptr, *last = nullptr, *lens = nullptr;
   void *k = nullptr, *v = nullptr;
   void build(int b, int n, const shape& sh, void* kbuf, void* vbuf, std::mt19937& rng) {

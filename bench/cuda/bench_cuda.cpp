@@ -613,7 +613,6 @@ int main(int argc, char** argv) {
       for (int B : {1, 8}) {
         if ((g_only_n && N != g_only_n) || (g_only_b && B != g_only_b)) continue;
         cache c;
-        c.ps = g_page_size;
         c.build(B, N, sh, bf.k, bf.v, rng);
         bench_dense_decode(c, sh, bf);
         const bool main_shape = sh.n_q == k_llama.n_q;
@@ -633,7 +632,6 @@ int main(int argc, char** argv) {
     for (int N : Ns) {
       if (N == 524288 || (g_only_n && N != g_only_n)) continue;
       cache c;
-      c.ps = g_page_size;
       c.build(1, N, sh, bf.k, bf.v, rng);
       bench_prefill(c, sh, bf);
       c.free_all();

@@ -367,8 +367,8 @@ __global__ void __launch_bounds__(cl_threads) step_cluster_kernel(const step_par
     }
     cp_async_wait<0>();
   } else {
-    step_load_scores<cl_threads, 16, 1>(p.scores + static_cast<int64_t>(b) * p.score_stride + begin, n,
-                                     cache, s_hist, topp ? s_mass : nullptr);
+    step_load_scores<cl_threads, 16, 1>(p.scores + static_cast<int64_t>(b) * p.score_stride + begin,
+                                        n, cache, s_hist, topp ? s_mass : nullptr);
   }
   __syncthreads();
 

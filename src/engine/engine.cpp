@@ -11,33 +11,51 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
   return create(std::shared_ptr<const Model>(std::move(m.value())), cfg);
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, const EngineConfig& cfg) {
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model,
+                                               const EngineConfig& cfg) {
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
   e->model_ = std::move(model);
   const ModelHParams& hp = e->model_->hp;
   if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = hp.n_ctx_train;
   if (e->cfg_.max_running <= 0) return make_error("max_running must be positive");
-  if (e->cfg_.page_size <= 0 || e->cfg_.page_size > 4096) return make_error("page size must be in [1, 4096]");
+  if (e->cfg_.page_size <= 0 || e->cfg_.page_size > 4096)
+    return make_error("page size must be in [1, 4096]");
+  if (e->cfg_.runner_factory) {
+    RunnerLimits lim;
+    lim.n_ctx = e->cfg_.n_ctx;
+    lim.max_running = e->cfg_.max_running;
+    lim.max_batch_tokens = e->cfg_.max_batch_tokens;
+    auto r = e->cfg_.runner_factory(*e->model_, lim);
+    if (!r) return r.error();
+    e->runner_ = std::move(r.value());
+  }
   SketchSpec sketch;
   if (e->cfg_.default_policy) sketch = sketch_spec_for(*e->cfg_.default_policy, hp);
   if (sketch.dim == 0 && e->cfg_.sketch_keys) sketch = sketch_spec_for(*make_policy("sketch"), hp);
+  // A runner that keeps the rows itself keeps no sketch keys (yet): sketch policies are refused
+  // there.
+  if (e->runner_ && !e->runner_->host_rows()) sketch = SketchSpec{};
   e->sketch_ = std::make_unique<SketchProjection>(sketch);
   // RTPurbo as the default policy: layers without a retrieval head keep only sinks + window
   // (requests that need more there are refused at admission, check_layout_compatible).
   const std::vector<KvCapacity> layout = kv_layout_for(e->cfg_.default_policy.get(), hp);
   int64_t budget = e->cfg_.kv_budget_bytes;
-  if (budget <= 0) {
+  if (budget <= 0 && e->runner_ && e->runner_->kv_capacity_bytes() > 0) {
+    budget = e->runner_->kv_capacity_bytes();
+  } else if (budget <= 0) {
     // A UniPrefill default policy prefills long prompts in one chunk of up_chunk tokens.
     int64_t max_chunk = e->cfg_.max_batch_tokens;
     if (e->cfg_.default_policy && e->cfg_.default_policy->drops_prefill()) {
       max_chunk = std::max<int64_t>(max_chunk, e->cfg_.default_policy->up_chunk);
     }
-    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim, max_chunk, &layout);
+    budget = kv_budget_bytes(hp, e->cfg_.n_ctx, e->cfg_.max_running, e->cfg_.page_size, sketch.dim,
+                             max_chunk, &layout);
   }
   KvConfig kc = kv_config_for(hp, budget, e->cfg_.page_size, hp.arch + ":" + hp.name, &layout);
   kc.prefix_cache = e->cfg_.prefix_cache;
   kc.sketch_dim = sketch.dim;
+  kc.host_rows = !e->runner_ || e->runner_->host_rows();
   auto store = KvStore::create(kc);
   if (!store) return store.error();
   e->kv_ = std::make_unique<KvStore>(std::move(store.value()));
@@ -49,7 +67,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   sc.n_ctx = e->cfg_.n_ctx;
   sc.default_policy = e->cfg_.default_policy;
   sc.layout = layout;
-  e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc, e->sketch_.get());
+  if (e->runner_) {
+    SIEVE_TRY(e->runner_->attach(*e->kv_));
+    e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->runner_, *e->kv_, sc, e->sketch_.get());
+  } else {
+    e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc, e->sketch_.get());
+  }
   e->kv_snapshot_ = e->kv_->stats();
   e->thread_ = std::thread([p = e.get()] { p->loop(); });
   return e;
@@ -108,7 +131,8 @@ void Engine::loop() {
     std::vector<RequestId> cancels;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !sched_->idle(); });
+      cv_.wait(lock,
+               [&] { return stop_ || !incoming_.empty() || !cancels_.empty() || !sched_->idle(); });
       if (stop_) return;
       in.swap(incoming_);
       cancels.swap(cancels_);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "kv/kv_store.h"
@@ -19,25 +20,30 @@ namespace sieve {
 
 struct EngineConfig {
   std::string model_path;
-  int32_t threads = 0;              // 0: all hardware threads
-  int32_t n_ctx = 0;                // per-request context; 0: the model's trained context
-  int32_t max_running = 8;          // sequences decoded together
-  int32_t max_batch_tokens = 512;   // tokens per step
+  int32_t threads = 0;             // 0: all hardware threads
+  int32_t n_ctx = 0;               // per-request context; 0: the model's trained context
+  int32_t max_running = 8;         // sequences decoded together
+  int32_t max_batch_tokens = 512;  // tokens per step
   int32_t page_size = 16;
-  int64_t kv_budget_bytes = 0;      // 0: room for max_running sequences of n_ctx tokens
+  int64_t kv_budget_bytes = 0;  // 0: room for max_running sequences of n_ctx tokens
   bool prefix_cache = true;
-  PolicyPtr default_policy;         // for requests without one; nullptr: auto
+  PolicyPtr default_policy;  // for requests without one; nullptr: auto
   // Keep sketch keys (head_dim / 8 floats per KV head per token on full layers, about 12% of
   // the KV) so that any request may choose a sketch-ranked policy (sketch, stca). The
   // projection is the default policy's when it ranks by sketch, else the sketch preset's.
   bool sketch_keys = true;
+  // The backend: empty = the CPU runner (Forward); else its factory (the CUDA runner). A
+  // runner that holds the K/V rows itself sizes the store from its memory when
+  // kv_budget_bytes is 0.
+  RunnerFactory runner_factory;
 };
 
 class Engine {
  public:
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& cfg);
   // Builds on an already loaded model (tests, tools that load once).
-  static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model, const EngineConfig& cfg);
+  static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
+                                                const EngineConfig& cfg);
   ~Engine();
 
   RequestId submit(RequestParams params, RequestCallback cb);
@@ -50,6 +56,10 @@ class Engine {
 
   const Model& model() const { return *model_; }
   const EngineConfig& config() const { return cfg_; }
+  // The runner's backend ("cpu" or "cuda").
+  std::string_view backend() const { return runner_ ? runner_->backend() : "cpu"; }
+  // The runner itself (stats of a backend); nullptr for the CPU runner the scheduler owns.
+  const ModelRunner* runner() const { return runner_.get(); }
   SchedulerStats stats() const;
   KvStats kv_stats() const;
 
@@ -62,6 +72,7 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<SketchProjection> sketch_;
   std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Scheduler> sched_;
 
   mutable std::mutex mu_;

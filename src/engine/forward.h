@@ -13,21 +13,12 @@
 #include "core/result.h"
 #include "core/thread_pool.h"
 #include "engine/kv_binding.h"
+#include "engine/model_runner.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
 #include "sparse/sketch.h"
 
 namespace sieve {
-
-// One sequence's part of a step. The chunk's tokens must already be reserved in the store
-// (KvStore::reserve): they are the last tokens.size() tokens of the sequence, and the
-// forward writes their K/V rows.
-struct BatchEntry {
-  KvSeqId seq = 0;
-  std::span<const int32_t> tokens;   // the chunk
-  bool all_logits = false;           // logits for every token of the chunk, else the last only
-  class SparseSeq* sparse = nullptr; // sparse policy state; nullptr: dense attention
-};
 
 struct ForwardStats {
   int64_t tokens = 0;
@@ -46,14 +37,17 @@ class AttentionObserver {
                         const int32_t* pos, const KvStore& kv) = 0;
 };
 
-class Forward {
+// The CPU runner: the model on the host over the store's arenas, every policy.
+class Forward : public ModelRunner {
  public:
   // sketch: writes sketch keys of every appended token when the store keeps them.
   Forward(const Model& model, ThreadPool& pool, KvStore& kv, const SketchProjection* sketch = nullptr);
 
   // Runs the step. logits receives, entry by entry, the rows asked for: all tokens of an
   // entry with all_logits, else its last token ([n_rows, n_vocab] row-major).
-  Status run(std::span<const BatchEntry> batch, std::vector<float>& logits);
+  Status run(std::span<const BatchEntry> batch, std::vector<float>& logits) override;
+  std::string_view backend() const override { return "cpu"; }
+  Status supports(const PolicyConfig&) const override { return {}; }
 
   const Model& model() const { return model_; }
   void set_observer(AttentionObserver* o) { observer_ = o; }

@@ -43,8 +43,23 @@ struct Scheduler::Req {
 
 Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg,
                      const SketchProjection* sketch)
-    : model_(model), pool_(pool), kv_(kv), cfg_(cfg), sketch_(sketch), fwd_(model, pool, kv, sketch) {
-  if (cfg_.n_ctx <= 0) cfg_.n_ctx = model.hp.n_ctx_train;
+    : model_(model),
+      kv_(kv),
+      cfg_(cfg),
+      sketch_(sketch),
+      own_runner_(std::make_unique<Forward>(model, pool, kv, sketch)),
+      runner_(*own_runner_) {
+  normalize_config();
+}
+
+Scheduler::Scheduler(const Model& model, ModelRunner& runner, KvStore& kv, const SchedulerConfig& cfg,
+                     const SketchProjection* sketch)
+    : model_(model), kv_(kv), cfg_(cfg), sketch_(sketch), runner_(runner) {
+  normalize_config();
+}
+
+void Scheduler::normalize_config() {
+  if (cfg_.n_ctx <= 0) cfg_.n_ctx = model_.hp.n_ctx_train;
   cfg_.max_batch_tokens = std::max(1, cfg_.max_batch_tokens);
   cfg_.prefill_chunk = std::max(1, std::min(cfg_.prefill_chunk, cfg_.max_batch_tokens));
   cfg_.max_running = std::max(1, cfg_.max_running);
@@ -58,7 +73,8 @@ Status Scheduler::check_policy(const PolicyConfig& p) const {
   SIEVE_TRY(check_policy_for_model(p, model_.hp));
   SIEVE_TRY(check_sketch_compatible(p, model_.hp, sketch_ ? sketch_->spec() : SketchSpec{}));
   SIEVE_TRY(check_uniprefill_layers(p, model_.hp));
-  return check_layout_compatible(p, model_.hp, cfg_.layout);
+  SIEVE_TRY(check_layout_compatible(p, model_.hp, cfg_.layout));
+  return runner_.supports(p);
 }
 
 RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId id) {
@@ -341,7 +357,7 @@ bool Scheduler::step() {
     batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false,
                      it.r->sparse.get()});
   }
-  Status s = fwd_.run(batch, logits_);
+  Status s = runner_.run(batch, logits_);
   stats_.steps++;
   if (!s) {
     for (const Item& it : items) finish(*it.r, FinishReason::error, s.message());

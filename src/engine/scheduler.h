@@ -14,6 +14,7 @@
 
 #include "core/thread_pool.h"
 #include "engine/forward.h"
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
@@ -45,7 +46,11 @@ class Scheduler {
  public:
   // sketch: the projection of the sketch keys the store keeps (nullptr: none kept; policies
   // that rank by sketch are then refused at submit).
+  // The CPU runner (Forward) over `kv`, owned by the scheduler.
   Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg,
+            const SketchProjection* sketch = nullptr);
+  // Steps run on `runner` (any backend), which must outlive the scheduler and run over `kv`.
+  Scheduler(const Model& model, ModelRunner& runner, KvStore& kv, const SchedulerConfig& cfg,
             const SketchProjection* sketch = nullptr);
   ~Scheduler();
 
@@ -68,6 +73,7 @@ class Scheduler {
 
  private:
   struct Req;
+  void normalize_config();
   void finish(Req& r, FinishReason reason, const std::string& error = {});
   void preempt(Req& r);
   void release_kv(Req& r);
@@ -76,11 +82,11 @@ class Scheduler {
   void reap();
 
   const Model& model_;
-  ThreadPool& pool_;
   KvStore& kv_;
   SchedulerConfig cfg_;
   const SketchProjection* sketch_;
-  Forward fwd_;
+  std::unique_ptr<Forward> own_runner_;  // the CPU runner when none was given
+  ModelRunner& runner_;
   RequestId next_id_ = 1;
   std::deque<std::unique_ptr<Req>> waiting_;
   std::vector<std::unique_ptr<Req>> running_;  // in admission order (newest last)

@@ -48,6 +48,7 @@ Result<KvGeometry> make_kv_geometry(const KvConfig& c) {
   g.n_token_scores = c.n_token_scores;
   g.hash_salt = c.hash_salt;
   g.prefix_cache = c.prefix_cache;
+  g.host_rows = c.host_rows;
   if (g.n_stream > kMaxDim)
     return make_error("kv config: n_layer * n_head_group = {} streams, at most {}", g.n_stream,
                       kMaxDim);

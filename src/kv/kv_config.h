@@ -61,6 +61,10 @@ struct KvConfig {
   // the K/V computed for a token prefix (weights, RoPE scaling, prefill policy).
   std::string hash_salt;
   bool prefix_cache = true;  // false: add_sequence matches nothing and publish registers nothing
+  // false: the K/V and sketch rows live with the runner (device memory); the store keeps the
+  // page tables, positions and scores, and hands the row copies of compaction and
+  // copy-on-write to the runner (KvStore::take_row_copies).
+  bool host_rows = true;
 };
 
 // The validated, derived form of a KvConfig.
@@ -81,6 +85,7 @@ struct KvGeometry {
   std::vector<KvCapacity> capacity;  // [n_stream]
   std::string hash_salt;
   bool prefix_cache = true;
+  bool host_rows = true;
 
   int32_t stream(int32_t layer, int32_t group) const { return layer * n_head_group + group; }
   int32_t layer_of(int32_t stream) const { return stream / n_head_group; }

@@ -35,13 +35,15 @@ Result<KvPagePool> KvPagePool::create(const KvGeometry& g) {
   a.sketch_dim = g.sketch_dim;
   a.n_token_scores = g.n_token_scores;
   a.kv_row_bytes = g.kv_row_bytes;
-  a.k = alloc(n_slots * g.kv_row_bytes);
-  a.v = alloc(n_slots * g.kv_row_bytes);
-  a.sketch = reinterpret_cast<float*>(alloc(n_slots * g.n_head * g.sketch_dim * 4));
+  // Rows kept by the runner (device memory) have no host arena.
+  const int64_t row_slots = g.host_rows ? n_slots : 0;
+  a.k = alloc(row_slots * g.kv_row_bytes);
+  a.v = alloc(row_slots * g.kv_row_bytes);
+  a.sketch = reinterpret_cast<float*>(alloc(row_slots * g.n_head * g.sketch_dim * 4));
   a.scores = reinterpret_cast<float*>(alloc(n_slots * g.n_token_scores * 4));
   a.pos = reinterpret_cast<int32_t*>(alloc(n_slots * 4));
-  const bool ok =
-      a.k && a.v && a.pos && (g.sketch_dim == 0 || a.sketch) && (g.n_token_scores == 0 || a.scores);
+  const bool ok = (!g.host_rows || (a.k && a.v && (g.sketch_dim == 0 || a.sketch))) && a.pos &&
+                  (g.n_token_scores == 0 || a.scores);
   if (!ok)
     return make_error("kv pool: cannot allocate {} pages ({} bytes); lower the KV budget",
                       g.n_pages, int64_t{g.n_pages} * g.page_bytes);

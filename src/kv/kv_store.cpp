@@ -363,8 +363,12 @@ void KvStore::fill_csr(int32_t stream, std::span<const KvSeqId> seqs, KvCsr& out
 
 void KvStore::copy_token(int64_t dst, int64_t src) {
   const KvArenas& a = pool_.arenas();
-  std::memcpy(a.k_row(dst), a.k_row(src), a.kv_row_bytes);
-  std::memcpy(a.v_row(dst), a.v_row(src), a.kv_row_bytes);
+  if (geo_.host_rows) {
+    std::memcpy(a.k_row(dst), a.k_row(src), a.kv_row_bytes);
+    std::memcpy(a.v_row(dst), a.v_row(src), a.kv_row_bytes);
+  } else {
+    row_copies_.push_back({dst, src});
+  }
   if (a.sketch)
     std::memcpy(a.sketch_row(dst), a.sketch_row(src), sizeof(float) * a.n_head * a.sketch_dim);
   if (a.scores) std::memcpy(a.scores_row(dst), a.scores_row(src), sizeof(float) * a.n_token_scores);

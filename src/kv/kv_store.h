@@ -20,6 +20,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -151,6 +152,13 @@ class KvStore {
   // after a drop, or rewinding a rejected step).
   Result<KvRoom> truncate(KvSeqId seq, int32_t stream, int32_t n_keep);
 
+  // Row copies (dst slot, src slot), in the order they must be applied, that evictions made
+  // since the last call when the rows live with the runner (KvConfig::host_rows false).
+  // The runner applies them before it reads or writes rows again.
+  std::vector<std::pair<int64_t, int64_t>> take_row_copies() {
+    return std::exchange(row_copies_, {});
+  }
+
   // ---- reading ----
   KvSeqView seq_view(KvSeqId seq, int32_t stream) const;
   // Page tables of `seqs` in one stream as CSR (out is cleared, capacity kept).
@@ -222,6 +230,7 @@ class KvStore {
   int64_t n_prefix_queries_ = 0;
   int64_t n_prefix_query_tokens_ = 0;
   int64_t n_prefix_hit_tokens_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> row_copies_;  // host_rows false: copies for the runner
 };
 
 // Read-only access for the sparse pipeline and attention: geometry, per-sequence views and

@@ -3,61 +3,82 @@
 #include <fmt/format.h>
 
 #ifdef SIEVE_HAVE_CUDA
-#include "gpu/gpu_generate.h"
+#include "engine/engine_generate.h"
+#include "gpu/cuda_runner.h"
 #endif
 
 namespace sieve::cli {
 
 void add_backend_flag(CLI::App& app, std::string& backend) {
   app.add_option("--backend", backend,
-                 "cpu (default) or cuda: the whole model on an NVIDIA GPU (dense or tokenselect; docs/gpu.md)")
+                 "cpu (default) or cuda: the whole model on an NVIDIA GPU (dense or exact-scorer "
+                 "TokenSelect; docs/gpu.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+RunnerFactory runner_factory_for(const std::string& backend, double mem_fraction) {
+  if (backend == "cpu") return {};
+#ifdef SIEVE_HAVE_CUDA
+  if (!gpu_available())
+    throw UserError("--backend cuda: no CUDA device is visible (use --backend cpu)");
+  CudaRunner::Options ro;
+  ro.mem_fraction = mem_fraction;
+  return cuda_runner_factory(ro);
+#else
+  (void)mem_fraction;
+  throw UserError(k_no_cuda_error);
+#endif
 }
 
 #ifdef SIEVE_HAVE_CUDA
 struct GpuRunner::Impl {
   const Model* model = nullptr;
-  int32_t n_ctx = 0;
-  GpuPolicy made_for;  // the policy the session was made for
-  std::unique_ptr<GpuSession> session;
+  std::unique_ptr<Engine> engine;
+  const CudaRunner* runner = nullptr;
 };
 
-GpuRunner::GpuRunner(const Model& model, int32_t n_ctx) : impl_(std::make_unique<Impl>()) {
-  if (!gpu_available()) throw UserError("--backend cuda: no CUDA device is visible (use --backend cpu)");
+GpuRunner::GpuRunner(const Model& model, int32_t n_ctx, const Options& opt)
+    : impl_(std::make_unique<Impl>()) {
+  if (!gpu_available())
+    throw UserError("--backend cuda: no CUDA device is visible (use --backend cpu)");
   impl_->model = &model;
-  impl_->n_ctx = n_ctx;
+  EngineConfig ec;
+  ec.n_ctx = n_ctx;
+  ec.max_running = 1;
+  ec.max_batch_tokens = 512;
+  ec.prefix_cache = opt.prefix_cache;
+  CudaRunner::Options ro;
+  ro.mem_fraction = opt.mem_fraction;
+  ec.runner_factory = cuda_runner_factory(ro);
+  auto e = Engine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), ec);
+  if (!e) throw UserError(e.message());
+  impl_->engine = std::move(e.value());
+  impl_->runner = static_cast<const CudaRunner*>(impl_->engine->runner());
 }
 GpuRunner::~GpuRunner() = default;
 
 GenerateStats GpuRunner::generate(std::span<const int32_t> prompt, const GenerateOptions& g,
                                   const std::function<bool(int32_t)>& on_token) {
-  auto pol = gpu_policy_for(g.policy, static_cast<int64_t>(prompt.size()));
-  if (!pol) throw UserError(pol.message());
-  auto r = generate_on_gpu(session(*pol), *impl_->model, prompt, g, on_token);
+  auto r = generate_with_engine(*impl_->engine, prompt, g, on_token);
   if (!r) throw UserError(r.message());
-  return *r;
-}
-
-GpuSession& GpuRunner::session(const GpuPolicy& p) {
-  if (!impl_->session || !(impl_->made_for == p)) {
-    impl_->session.reset();  // free the old session's memory first
-    auto s = GpuSession::create(*impl_->model, impl_->n_ctx, p);
-    if (!s) throw UserError(s.message());
-    impl_->session = std::move(s.value());
-    impl_->made_for = p;
-  }
-  return *impl_->session;
+  GenerateStats st = *r;
+  const KvStats ks = impl_->engine->kv_stats();
+  st.kv_bytes_per_token_full = ks.bytes_per_token_full;
+  st.n_layers_full = ks.n_stream_full;
+  st.n_layers_window = ks.n_stream_window;
+  return st;
 }
 
 std::string GpuRunner::device() const {
-  if (!impl_->session) return "cuda";
-  return fmt::format("{}, {:.2f} GiB of bf16 weights, dense prefill attention: {}", impl_->session->device_name(),
-                     impl_->session->weight_bytes() / 1073741824.0, impl_->session->prefill_kernel());
+  return fmt::format("{}, {:.2f} GiB of bf16 weights, {:.2f} GiB of KV pages",
+                     impl_->runner->device_name(), impl_->runner->weight_bytes() / 1073741824.0,
+                     impl_->runner->kv_pool_bytes() / 1073741824.0);
 }
 namespace {
 class GpuEvalRunner final : public eval::Runner_i {
  public:
-  GpuEvalRunner(const Model& model, int32_t n_ctx) : model_(model), gpu_(model, n_ctx), n_ctx_(n_ctx) {}
+  GpuEvalRunner(const Model& model, int32_t n_ctx)
+      : model_(model), gpu_(model, n_ctx, {}), n_ctx_(n_ctx) {}
   std::string backend() const override { return "cuda"; }
   Result<eval::Completion> complete(const eval::CompletionRequest& r) override {
     SIEVE_TRY(eval::check_request(r, n_ctx_));
@@ -94,15 +115,17 @@ std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t) {
   throw UserError(k_no_cuda_error);
 }
 struct GpuRunner::Impl {};
-GpuRunner::GpuRunner(const Model&, int32_t) {
+GpuRunner::GpuRunner(const Model&, int32_t, const Options&) {
   throw UserError(k_no_cuda_error);
 }
 GpuRunner::~GpuRunner() = default;
-GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOptions&, const std::function<bool(int32_t)>&) {
+GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOptions&,
+                                  const std::function<bool(int32_t)>&) {
   return {};
 }
-GpuSession& GpuRunner::session(const GpuPolicy&) { throw UserError(k_no_cuda_error); }
-std::string GpuRunner::device() const { return "cuda"; }
+std::string GpuRunner::device() const {
+  return "cuda";
+}
 #endif
 
 }  // namespace sieve::cli

@@ -8,42 +8,45 @@
 #include <string>
 
 #include "engine/generate.h"
+#include "engine/model_runner.h"
 #include "eval/runner.h"
 #include "run_common.h"
-
-namespace sieve {
-class GpuSession;
-struct GpuPolicy;
-}  // namespace sieve
 
 namespace sieve::cli {
 
 void add_backend_flag(CLI::App& app, std::string& backend);
 
+// The engine's runner for --backend: empty (the CPU runner) for "cpu", the CUDA runner's
+// factory for "cuda" (a UserError in a binary built without CUDA or on a machine without a
+// device). mem_fraction: --gpu-mem-fraction.
+RunnerFactory runner_factory_for(const std::string& backend, double mem_fraction);
+
 // What --backend cuda says in a binary built without nvcc.
 inline constexpr const char* k_no_cuda_error =
-    "--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use --backend cpu";
+    "--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use "
+    "--backend cpu";
 
-// One model on the GPU, reused across requests of the same policy.
+// The model on the GPU behind the one engine (the CUDA runner under the scheduler), for the
+// commands that run one request at a time; the weights are uploaded once.
 class GpuRunner {
  public:
-  GpuRunner(const Model& model, int32_t n_ctx);
+  struct Options {
+    bool prefix_cache = true;  // false: every request prefills its whole prompt (benchmarks)
+    double mem_fraction = 0.9;
+  };
+  GpuRunner(const Model& model, int32_t n_ctx, const Options& opt);
   ~GpuRunner();
-  // Generates on the GPU; errors (no device, a policy the GPU path lacks) are UserErrors.
+  // Generates on the GPU; errors (no device, a policy the GPU lacks) are UserErrors.
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& g,
                          const std::function<bool(int32_t)>& on_token);
-  std::string device() const;  // "NVIDIA H200, 0.27 GiB of weights"
-  // The session for a GPU policy: the last one when the policy is the same, else a new one
-  // (the old one freed first; the weights are uploaded again).
-  GpuSession& session(const GpuPolicy& p);
+  std::string device() const;  // "NVIDIA H200, 0.27 GiB of bf16 weights, ..."
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// sieve eval --backend cuda: greedy completions on the GPU, one sample at a time (no prefix
-// cache: every sample prefills its whole prompt).
+// sieve eval --backend cuda: greedy completions on the GPU, one sample at a time.
 std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx);
 
 }  // namespace sieve::cli

@@ -11,7 +11,8 @@
 #ifdef SIEVE_HAVE_CUDA
 #include <fmt/format.h>
 
-#include "gpu/gpu_generate.h"
+#include "engine/generate.h"
+#include "gpu/gpu_policy.h"
 #endif
 
 namespace sieve::cli {
@@ -42,35 +43,30 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
       rows.push_back({len, std::move(resolved), *gp});
     }
   }
-  GpuRunner gpu(model, n_ctx);  // the weights are uploaded once per GPU policy
+  // One engine for every row: the weights are uploaded once; no prefix cache, so every
+  // repetition prefills its whole prompt.
+  GpuRunner::Options go;
+  go.prefix_cache = false;
+  GpuRunner gpu(model, n_ctx, go);
+  device = gpu.device();
   for (const auto& [len, resolved, gp] : rows) {
-    GpuSession& s = gpu.session(gp);
-    device = fmt::format("{} (bf16 weights {:.2f} GiB; dense prefill attention: {})", s.device_name(),
-                         s.weight_bytes() / 1073741824.0, s.prefill_kernel());
     std::vector<double> pf, dc;
-    GpuStats decode_stats;
-    std::vector<float> logits;
+    GenerateStats last;
+    GenerateOptions g;
+    g.n_predict = o.n_decode + 1;  // the first token comes with the prefill
+    g.stop_at_eog = false;
+    g.sampling.temperature = 0.0f;
+    g.policy = std::make_shared<const PolicyConfig>(resolved);
     for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {
-      s.reset();
-      const auto t0 = std::chrono::steady_clock::now();
-      if (Status st = s.prefill(std::span(prompt.data(), len), logits); !st)
-        throw UserError(st.message());
-      const auto t1 = std::chrono::steady_clock::now();
-      int32_t tok = argmax(logits);
-      for (int32_t g = 0; g < o.n_decode; ++g) {
-        const int32_t one[1] = {tok};
-        if (Status st = s.step(one, logits); !st) throw UserError(st.message());
-        tok = argmax(logits);
-      }
-      const auto t2 = std::chrono::steady_clock::now();
-      decode_stats = s.stats();  // its decode fields count the decode steps only
+      last = gpu.generate(std::span(prompt.data(), len), g, [](int32_t) { return true; });
       if (rep <= 0) continue;
-      pf.push_back(len / std::chrono::duration<double>(t1 - t0).count());
-      dc.push_back(o.n_decode / std::chrono::duration<double>(t2 - t1).count());
+      pf.push_back(len / (last.prefill_ms / 1000.0));
+      dc.push_back(o.n_decode / (last.decode_ms / 1000.0));
     }
     std::sort(pf.begin(), pf.end());
     std::sort(dc.begin(), dc.end());
     const double p = pf[pf.size() / 2], d = dc[dc.size() / 2];
+    const SparseStats& ss = last.sparse;
     nlohmann::json r = {
         {"threads", 0},
         {"backend", "cuda"},
@@ -80,22 +76,20 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
         {"decode_tok_s", d},
         {"n_decode", o.n_decode},
         {"policy", resolved.describe()},
-        {"gpu_policy", gp.sparse
-                           ? fmt::format("tokenselect top_k={} sinks={} local={} vote={} cache={}", gp.top_k,
-                                         gp.sinks, gp.local, gp.layer_vote ? "layer" : "group",
-                                         gp.selection_cache ? fmt::format("theta {:g}", gp.theta) : "off")
-                           : std::string("dense")},
-        {"kv_bytes", s.kv_bytes()},
-        {"selected_fraction", decode_stats.fraction_read()},
-        {"mean_selected_tokens", decode_stats.mean_selected()},
-        {"cache_hit_rate", decode_stats.cache_lookups
-                               ? double(decode_stats.cache_hits) / double(decode_stats.cache_lookups)
-                               : 0.0}};
+        {"gpu_policy",
+         gp.sparse ? fmt::format("tokenselect top_k={} sinks={} local={} vote={} cache={}",
+                                 gp.top_k, gp.sinks, gp.local, gp.layer_vote ? "layer" : "group",
+                                 gp.selection_cache ? fmt::format("theta {:g}", gp.theta) : "off")
+                   : std::string("dense")},
+        {"kv_bytes", int64_t{len + o.n_decode} * last.kv_bytes_per_token_full},
+        {"selected_fraction", ss.selected_fraction()},
+        {"mean_selected_tokens", ss.mean_selected()},
+        {"cache_hit_rate", ss.hit_rate()}};
     log_info(
         "cuda prompt {} {}: prefill {:.0f} tok/s ({:.1f} ms), decode {:.1f} tok/s, read {:.1f}% of "
         "KV, selection cache hits {:.0f}%",
-        len, resolved.describe(), p, 1000.0 * len / p, d, 100 * decode_stats.fraction_read(),
-        decode_stats.cache_lookups ? 100.0 * decode_stats.cache_hits / decode_stats.cache_lookups : 0.0);
+        len, resolved.describe(), p, 1000.0 * len / p, d, 100 * ss.selected_fraction(),
+        100.0 * ss.hit_rate());
     results.push_back(r);
   }
 }

@@ -91,7 +91,7 @@ int run(const RunOptions& o) {
   GenerateStats st;
   std::string device = "cpu";
   if (o.backend == "cuda") {
-    GpuRunner gpu(*lm.model, lm.n_ctx);
+    GpuRunner gpu(*lm.model, lm.n_ctx, {});
     st = gpu.generate(ids, g, on_token);
     device = gpu.device();
   } else {

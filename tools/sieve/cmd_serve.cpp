@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "backend.h"
 #include "command.h"
 #include "core/log.h"
 #include "model_cache.h"
@@ -35,10 +36,13 @@ struct ServeOptions {
   double shutdown_timeout = 30;
   SamplingFlags sampling;
   PolicyFlags policy;
+  std::string backend = "cpu";
+  double gpu_mem_fraction = 0.9;
 };
 
 int serve(CLI::App& app, const ServeOptions& o) {
-  if (o.api_key.empty() == false && o.api_key.size() < 8) throw UserError("--api-key: use at least 8 characters");
+  if (o.api_key.empty() == false && o.api_key.size() < 8)
+    throw UserError("--api-key: use at least 8 characters");
   server::ServerConfig cfg;
   cfg.host = o.host;
   cfg.port = o.port;
@@ -47,13 +51,15 @@ int serve(CLI::App& app, const ServeOptions& o) {
     if (const char* k = std::getenv("SIEVE_API_KEY"); k && *k) cfg.api_key = k;
   }
   cfg.model_id = o.alias;
-  cfg.engine.model_path = resolve_model(o.model.model, o.model.model.empty() || find_known_model(o.model.model));
+  cfg.engine.model_path =
+      resolve_model(o.model.model, o.model.model.empty() || find_known_model(o.model.model));
   cfg.engine.n_ctx = o.model.n_ctx;
   cfg.engine.threads = o.model.threads;
   cfg.engine.max_running = o.max_running;
   cfg.engine.max_batch_tokens = o.max_batch_tokens;
   cfg.engine.kv_budget_bytes = o.kv_mib << 20;
   cfg.engine.prefix_cache = !o.no_prefix_cache;
+  cfg.engine.runner_factory = runner_factory_for(o.backend, o.gpu_mem_fraction);
   cfg.max_concurrent = o.max_concurrent;
   cfg.max_tokens = o.max_tokens;
   cfg.http.max_body_bytes = o.max_body_bytes;
@@ -75,7 +81,8 @@ int serve(CLI::App& app, const ServeOptions& o) {
 
   server::Server srv(cfg);
   if (Status s = srv.start(); !s) throw UserError(s.message());
-  log_info("server: listening on http://{}:{} (loading {})", cfg.host, srv.port(), cfg.engine.model_path);
+  log_info("server: listening on http://{}:{} (loading {})", cfg.host, srv.port(),
+           cfg.engine.model_path);
 
   // Shared with the signal thread, which outlives this function (it stays in sigwait).
   struct SignalState {
@@ -109,8 +116,10 @@ int serve(CLI::App& app, const ServeOptions& o) {
     sig->cv.wait(lock, [&] { return sig->n > 0; });
   }
   log_info("server: draining (up to {} s for in-flight requests)", o.shutdown_timeout);
-  const int cancelled = srv.drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
-  if (cancelled) log_warn("server: {} request(s) did not finish in time and were aborted", cancelled);
+  const int cancelled =
+      srv.drain(std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000)));
+  if (cancelled)
+    log_warn("server: {} request(s) did not finish in time and were aborted", cancelled);
   srv.stop();
   log_info("server: stopped");
   return 0;
@@ -119,29 +128,48 @@ int serve(CLI::App& app, const ServeOptions& o) {
 std::function<int()> setup(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   add_model_flags(app, o->model);
-  app.add_option("--host", o->host, "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)");
-  app.add_option("--port", o->port, "TCP port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", o->api_key,
-                 "require 'Authorization: Bearer KEY' on every path but /health (or set SIEVE_API_KEY)");
-  app.add_option("-a,--alias", o->alias, "model id in /v1/models and responses (default: the file name)");
-  app.add_option("--max-running", o->max_running, "sequences the engine decodes together")->check(CLI::Range(1, 4096));
-  app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per engine step (prefill chunk)")
+  app.add_option("--host", o->host,
+                 "address to bind (default 127.0.0.1; 0.0.0.0 for every interface)");
+  app.add_option("--port", o->port, "TCP port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option(
+      "--api-key", o->api_key,
+      "require 'Authorization: Bearer KEY' on every path but /health (or set SIEVE_API_KEY)");
+  app.add_option("-a,--alias", o->alias,
+                 "model id in /v1/models and responses (default: the file name)");
+  app.add_option("--max-running", o->max_running, "sequences the engine decodes together")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--max-batch-tokens", o->max_batch_tokens,
+                 "tokens per engine step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--kv-mib", o->kv_mib, "KV memory budget in MiB (0: room for max-running full contexts)")
+  app.add_option("--kv-mib", o->kv_mib,
+                 "KV memory budget in MiB (0: room for max-running full contexts; --backend cuda: "
+                 "all the device memory left)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
-  app.add_flag("--no-prefix-cache", o->no_prefix_cache, "do not reuse KV of shared prompt prefixes");
-  app.add_option("--max-concurrent", o->max_concurrent, "generation requests in flight; more get HTTP 429")
+  app.add_flag("--no-prefix-cache", o->no_prefix_cache,
+               "do not reuse KV of shared prompt prefixes");
+  add_backend_flag(app, o->backend);
+  app.add_option("--gpu-mem-fraction", o->gpu_mem_fraction,
+                 "--backend cuda: share of the GPU's memory for weights, workspaces and KV pages; "
+                 "the KV pool gets "
+                 "what is left (default 0.9; --kv-mib caps it)")
+      ->check(CLI::Range(0.05, 1.0));
+  app.add_option("--max-concurrent", o->max_concurrent,
+                 "generation requests in flight; more get HTTP 429")
       ->check(CLI::Range(1, 100000));
-  app.add_option("--max-tokens", o->max_tokens, "largest max_tokens a request may ask for (0: the context size)")
+  app.add_option("--max-tokens", o->max_tokens,
+                 "largest max_tokens a request may ask for (0: the context size)")
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get HTTP 413")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
-  app.add_option("--ping-interval", o->ping_interval, "seconds between SSE comment pings on a silent stream (0: off)")
+  app.add_option("--ping-interval", o->ping_interval,
+                 "seconds between SSE comment pings on a silent stream (0: off)")
       ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--progress-interval", o->progress_interval,
                  "seconds between prompt_progress events for requests with return_progress")
       ->check(CLI::Range(0.05, 3600.0));
-  app.add_option("--shutdown-timeout", o->shutdown_timeout, "seconds in-flight requests may finish after SIGTERM")
+  app.add_option("--shutdown-timeout", o->shutdown_timeout,
+                 "seconds in-flight requests may finish after SIGTERM")
       ->check(CLI::Range(0.0, 86400.0));
   // Request defaults follow OpenAI's (temperature 1, no top-k/top-p/min-p truncation); the
   // sampling flags change them for requests that leave a field out.
@@ -154,7 +182,8 @@ std::function<int()> setup(CLI::App& app) {
   return [o, &app]() { return serve(app, *o); };
 }
 
-SIEVE_COMMAND("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)", setup);
+SIEVE_COMMAND("serve", "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)",
+              setup);
 
 }  // namespace
 }  // namespace sieve::cli

@@ -37,4 +37,7 @@ cudaError_t launch_glu(const float* gu, int32_t n_tok, int32_t n_ff, bool gelu, 
 cudaError_t launch_residual_add(float* h, const float* d, const float* w, float eps, int32_t n_rows,
                                 int32_t n, cudaStream_t s);
 
+// y [n_rows, n] += b [n] (a projection's bias on every row).
+cudaError_t launch_bias_add(float* y, const float* b, int32_t n_rows, int32_t n, cudaStream_t s);
+
 }  // namespace sieve::cuda

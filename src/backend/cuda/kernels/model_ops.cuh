@@ -153,4 +153,10 @@ __global__ void residual_add_kernel(float* h, const float* d, const float* w, fl
   }
 }
 
+// One CTA per row: y[r, :] += b (a projection's bias, broadcast over the rows).
+__global__ void bias_add_kernel(float* y, const float* b, int32_t n) {
+  float* row = y + static_cast<int64_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] += b[i];
+}
+
 }  // namespace sieve::cuda

@@ -59,4 +59,10 @@ cudaError_t launch_residual_add(float* h, const float* d, const float* w, float 
   return cudaGetLastError();
 }
 
+cudaError_t launch_bias_add(float* y, const float* b, int32_t n_rows, int32_t n, cudaStream_t s) {
+  if (n_rows <= 0) return cudaSuccess;
+  bias_add_kernel<<<n_rows, model_ops_threads, 0, s>>>(y, b, n);
+  return cudaGetLastError();
+}
+
 }  // namespace sieve::cuda

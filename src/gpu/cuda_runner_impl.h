@@ -1,0 +1,216 @@
+// CudaRunner's internals, shared by its source files: cuda_runner.cpp (creation, the step's
+// host side: batch order, page tables, graphs), cuda_runner_forward.cpp (the launches of one
+// step), cuda_runner_select.cpp (TokenSelect's selection and its cache), gpu_weights.cpp
+// (the upload). Not for use outside src/gpu.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "gpu/cuda_runner.h"
+#include "kv/kv_store.h"
+
+namespace sieve {
+namespace gpu_internal {
+
+using bf16 = __nv_bfloat16;
+// Split-K parts of a prefill chunk at most (the workspace is sized for it).
+constexpr int32_t k_prefill_splits = 16;
+// The selection's widest top_k (selection buffers are sized for it).
+constexpr int32_t k_max_top_k = 8192;
+// A selection-cache hit that would append more tokens than this re-selects.
+constexpr int32_t k_max_gap = 1024;
+
+inline Status cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return make_error("cuda: {}: {}", what, cudaGetErrorString(e));
+}
+inline Status cublas_check(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return {};
+  return make_error("cublas: {}: status {}", what, static_cast<int>(s));
+}
+
+// Device allocations freed together.
+struct DevMem {
+  std::vector<void*> ptrs;
+  int64_t bytes = 0;
+  DevMem() = default;
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  ~DevMem() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <class T>
+  Result<T*> alloc(int64_t n, const char* what) {
+    void* p = nullptr;
+    const int64_t b = std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(T));
+    const cudaError_t e = cudaMalloc(&p, b);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return make_error(
+          "cuda: cannot allocate {} MiB for {} ({}); lower --ctx-size, --max-running or "
+          "--gpu-mem-fraction's share of other processes",
+          b >> 20, what, cudaGetErrorString(e));
+    }
+    ptrs.push_back(p);
+    bytes += b;
+    return static_cast<T*>(p);
+  }
+  template <class T>
+  Status alloc_to(T*& dst, int64_t n, const char* what) {
+    auto r = alloc<T>(n, what);
+    if (!r) return r.error();
+    dst = *r;
+    return {};
+  }
+};
+
+struct GpuLayer {
+  bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+  float* bqkv = nullptr;  // [q_dim + 2 kv_dim] Q/K/V biases (qwen2), or null
+  float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  float *post_attn = nullptr, *post_ffn = nullptr;
+};
+
+struct GpuWeights {
+  bf16* tok_embd = nullptr;
+  bf16* output = nullptr;
+  float* output_norm = nullptr;
+  std::vector<GpuLayer> layers;
+};
+
+// Uploads the model's weights (matrices dequantized to bf16) into mem.
+Status upload_weights(const Model& m, DevMem& mem, GpuWeights& w);
+
+// One entry of a step in the runner's order: decodes first (dense, then selecting), then
+// prefill chunks (dense, then selecting).
+struct StepEntry {
+  int32_t src = 0;  // index in the scheduler's batch
+  int32_t row = 0;  // first row of the step's tokens
+  int32_t n = 0;    // tokens
+  int32_t len = 0;  // tokens held after the step (the query positions are len - n ..)
+  bool decode = false;
+  bool sparse = false;  // attends to a selection
+  int32_t slot = -1;    // selection state (sparse policies)
+  int32_t pol = -1;     // index into Impl::pols
+  bool all_logits = false;
+};
+
+}  // namespace gpu_internal
+
+struct CudaRunner::Impl {
+  using bf16 = gpu_internal::bf16;
+  using StepEntry = gpu_internal::StepEntry;
+  ModelHParams hp;
+  RunnerLimits lim;
+  int32_t C = 0;  // tokens a step at most
+  int32_t S = 0;  // sequences a step at most
+  double mem_fraction = 0.9;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cuda::device_facts facts;
+  cudaDeviceProp prop{};
+  gpu_internal::DevMem mem;
+  gpu_internal::GpuWeights w;
+  int64_t weight_bytes = 0;
+  int64_t kv_capacity = 0;
+  CudaRunnerStats stats;
+
+  // The store and its device pages: K and V [n_pages, page_size, n_kv, head_dim] bf16.
+  KvStore* kv = nullptr;
+  gpu_internal::DevMem kv_mem;
+  bf16 *kv_k = nullptr, *kv_v = nullptr;
+  int32_t page_size = 0, n_pages = 0, max_seq_pages = 0;
+
+  // activations for up to C tokens
+  float *h = nullptr, *qkv = nullptr, *tmp = nullptr, *gu = nullptr, *logits = nullptr;
+  bf16 *xb = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *act = nullptr,
+       *xsel = nullptr;
+  float* logits_host = nullptr;  // pinned [S, n_vocab]
+  float *ws_o = nullptr, *ws_ml = nullptr;
+  uint32_t* ws_cnt = nullptr;
+  int32_t *win_idx = nullptr, *win_cnt = nullptr;  // [S] zeros: sliding layers' empty selections
+  int32_t window_splits = 1, sparse_splits = 1;
+
+  // Step inputs: one pinned host block copied to one device block per step.
+  // Head (fixed offsets, int32 words): ids[C] pos[C] qo[S + 1] qo_local[2 S] seq_len[S]
+  // then per stream indptr[S + 1] last[S]. Tail (offsets depend on the step's token count):
+  // slots int64 [n_stream][n_tok], then the page ids every indptr points into.
+  int32_t* io_host = nullptr;
+  int32_t* io_dev = nullptr;
+  int64_t io_words = 0;
+  int64_t off_pos = 0, off_qo = 0, off_qo_local = 0, off_seq_len = 0, off_tables = 0,
+          head_words = 0;
+  int32_t n_stream = 0;
+  int64_t indptr_off(int32_t s) const { return off_tables + int64_t{s} * (2 * S + 1); }
+  int64_t last_off(int32_t s) const { return indptr_off(s) + S + 1; }
+  int64_t slots_off(int32_t s, int32_t n_tok) const { return head_words + int64_t{2} * s * n_tok; }
+  int64_t pages_off(int32_t n_tok) const { return head_words + int64_t{2} * n_stream * n_tok; }
+
+  // TokenSelect: scratch shared by the step's selections (stream-ordered), and per-slot state
+  // of the selection cache ([S][n_layer] rows).
+  int64_t score_stride = 0;
+  int32_t score_chunk = 512, score_chunks = 1;
+  float *sc_logits = nullptr, *sc_stats = nullptr, *scores = nullptr;
+  uint8_t* sel_ws = nullptr;
+  uint32_t* step_ws = nullptr;  // the fused selection's workspace; null: the chain runs
+  int32_t *sel_idx = nullptr, *sel_cnt = nullptr;
+  bf16* q_mean = nullptr;
+  float* q_mean_f = nullptr;
+  float* sc_fp = nullptr;
+  int32_t *sc_state = nullptr, *sc_idx = nullptr, *sc_cnt = nullptr, *sc_skip = nullptr;
+  uint32_t* sc_hits = nullptr;
+  uint32_t* hits_host = nullptr;  // pinned [S]
+  static constexpr int32_t sc_stride() {
+    return gpu_internal::k_max_top_k + gpu_internal::k_max_gap;
+  }
+  struct Slot {
+    KvSeqId seq = 0;
+    bool used = false;
+    uint32_t hits_seen = 0;
+  };
+  std::vector<Slot> slots;
+  std::vector<GpuPolicy> pols;                  // interned: graph keys name a policy by index
+  std::unordered_map<KvSeqId, int32_t> pol_of;  // a sequence's policy (ids are never reused)
+
+  // Decode graphs by composition: {dense decodes, then (slot, policy) of each selecting one}.
+  std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
+  bool graphs_off = false;
+
+  std::vector<StepEntry> order;
+  std::vector<int32_t> out_row;  // per scheduler entry: its first logits row in logits_host
+
+  ~Impl();
+  Status init(const Model& m, const RunnerLimits& l, const CudaRunner::Options& opt);
+  Status attach(KvStore& store);
+  Status init_selection();
+  Status run(std::span<const BatchEntry> batch, std::vector<float>& out);
+  Status plan(std::span<const BatchEntry> batch, int32_t& n_tok, int32_t& n_rows);
+  Status fill_tables(std::span<const BatchEntry> batch, int32_t n_tok, int64_t& words);
+  int32_t slot_for(KvSeqId seq);
+  void release_gone_slots();
+  Status apply_row_copies();
+  // Every launch of one step of n_tok tokens whose logits rows are n_rows (inputs on the device).
+  Status enqueue(int32_t n_tok, int32_t n_rows);
+  Status gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y);
+  Status attention(int il, int32_t n_tok);
+  cuda::paged_kv kv_view(int il, int32_t first, int32_t batch, int32_t n_tok) const;
+  // TokenSelect's selection for entry order[b] of layer il from query qsel ([n_head, d]).
+  Status select_tokens(int il, int32_t b, const bf16* qsel, int32_t n_tok, cuda::token_set& set);
+  cuda::step_params fused_select_params(const GpuPolicy& pol, const cuda::select_budget& bu,
+                                        const int32_t* seq_len, int32_t* out_idx,
+                                        int32_t out_stride, int32_t* out_count) const;
+  const int32_t* dev(int64_t off) const { return io_dev + off; }
+  bool sliding(int il) const { return hp.layer_kind[il] == LayerKind::sliding; }
+};
+
+}  // namespace sieve

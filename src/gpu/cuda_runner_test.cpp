@@ -1,0 +1,287 @@
+// The CUDA runner behind the engine against the CPU reference on SmolLM2: logits of a prompt
+// that spans two prefill chunks, greedy continuations, TokenSelect decode (the sparse path
+// really runs and matches the CPU pipeline with the same knobs), the selection cache, and 8
+// concurrent greedy requests that equal the same requests one by one. Skips without a CUDA
+// device or without the model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/engine_generate.h"
+#include "engine/engine_test_util.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "gpu/cuda_runner.h"
+
+namespace sieve {
+namespace {
+
+#define REQUIRE_GPU_AND_MODEL()                           \
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device"; \
+  auto model = test_smollm2();                            \
+  if (!model) GTEST_SKIP() << "SmolLM2 test model not found";
+
+// Largest logit difference relative to the spread of the reference logits.
+float rel_diff(const std::vector<float>& ref, const std::vector<float>& got) {
+  float lo = ref[0], hi = ref[0];
+  for (float x : ref) lo = std::min(lo, x), hi = std::max(hi, x);
+  return max_abs_diff(ref, got) / (hi - lo);
+}
+
+PolicyPtr dense() {
+  return std::make_shared<const PolicyConfig>(*make_policy("dense"));
+}
+
+// CPU greedy continuation under a policy (nullptr: dense).
+std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
+                                PolicyPtr policy) {
+  ThreadPool pool(2);
+  Generator gen(m, pool, 4096);
+  GenerateOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  g.policy = std::move(policy);
+  std::vector<int32_t> out;
+  auto r = gen.generate(prompt, g, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  EXPECT_TRUE(r.ok()) << r.message();
+  return out;
+}
+
+std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_running,
+                                   bool prefix_cache = false) {
+  EngineConfig ec;
+  ec.n_ctx = 4096;
+  ec.max_running = max_running;
+  ec.max_batch_tokens = 512;
+  ec.prefix_cache = prefix_cache;
+  ec.runner_factory = cuda_runner_factory({0.5});
+  auto e = Engine::create(std::move(m), ec);
+  EXPECT_TRUE(e.ok()) << e.message();
+  return e ? std::move(e.value()) : nullptr;
+}
+
+std::vector<int32_t> gpu_greedy(Engine& e, const std::vector<int32_t>& prompt, int n,
+                                PolicyPtr policy, SparseStats* stats = nullptr) {
+  GenerateOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  g.policy = policy ? std::move(policy) : dense();
+  std::vector<int32_t> out;
+  auto r = generate_with_engine(e, prompt, g, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  EXPECT_TRUE(r.ok()) << r.message();
+  if (r && stats) *stats = r->sparse;
+  return out;
+}
+
+TEST(CudaRunner, DenseLogitsMatchTheCpuAcrossChunksAndSteps) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 700);  // chunks of 512 + 188
+  ThreadPool pool(2);
+  Generator gen(*model, pool, 4096);
+  auto ref = gen.prompt_logits(prompt, 512);
+  ASSERT_TRUE(ref.ok()) << ref.message();
+  const int64_t V = model->hp.n_vocab;
+  const std::vector<float> last(ref->end() - V, ref->end());
+
+  // The runner directly, over a store of device rows: a 512 + 188 prefill, then the same
+  // prompt as 699 tokens and one decode step.
+  auto r = CudaRunner::create(*model, RunnerLimits{4096, 4, 512}, {0.5});
+  ASSERT_TRUE(r.ok()) << r.message();
+  KvConfig kc = kv_config_for(model->hp, int64_t{256} << 20, 16, "test");
+  kc.host_rows = false;
+  kc.prefix_cache = false;
+  auto store = KvStore::create(kc);
+  ASSERT_TRUE(store.ok()) << store.message();
+  ASSERT_TRUE((*r)->attach(*store).ok());
+  auto run_chunks = [&](const std::vector<int32_t>& toks, std::vector<int32_t> cuts) {
+    auto a = store->add_sequence({});
+    EXPECT_TRUE(a.ok());
+    std::vector<float> lg;
+    int32_t at = 0;
+    for (int32_t cut : cuts) {
+      const KvAppend app{a->seq, std::span(toks).subspan(at, cut - at)};
+      EXPECT_TRUE(store->reserve(std::span<const KvAppend>(&app, 1))->fits());
+      BatchEntry e;
+      e.seq = a->seq;
+      e.tokens = app.tokens;
+      const Status st = (*r)->run(std::span<const BatchEntry>(&e, 1), lg);
+      EXPECT_TRUE(st.ok()) << st.message();
+      at = cut;
+    }
+    EXPECT_TRUE(store->free_sequence(a->seq).ok());
+    return lg;
+  };
+  const std::vector<float> logits = run_chunks(prompt, {512, 700});
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), V);
+  EXPECT_EQ(argmax(logits), argmax(last));
+  const float chunk_diff = rel_diff(last, logits);
+  std::printf("GPU vs CPU logits, last of 700 prompt tokens: max |diff| / spread = %.4f\n",
+              chunk_diff);
+  EXPECT_LT(chunk_diff, 0.05f);  // bf16 weights and KV vs Q4_1 x Q8 and f16 KV
+  const std::vector<float> step_logits = run_chunks(prompt, {512, 699, 700});
+  const float step_diff = rel_diff(logits, step_logits);
+  std::printf("GPU decode step vs GPU prefill chunk: max |diff| / spread = %.5f\n", step_diff);
+  EXPECT_LT(step_diff, 0.01f);
+  EXPECT_TRUE(store->check_invariants().ok());
+}
+
+TEST(CudaRunner, GreedyContinuationMatchesTheCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = model->tokenizer->encode(
+      "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is", true,
+      false);
+  auto e = gpu_engine(model, 1);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(gpu_greedy(*e, prompt, 6, nullptr), cpu_greedy(*model, prompt, 6, nullptr));
+}
+
+TEST(CudaRunner, TokenSelectDecodeRunsSparseAndMatchesTheCpuPipeline) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 2000);
+  auto cfg = make_policy(
+      "tokenselect", std::vector<std::string>{"top_k=256", "sinks=16", "local=64", "prefill=dense",
+                                              "selection_cache=false"});
+  ASSERT_TRUE(cfg.ok()) << cfg.message();
+  auto pol = std::make_shared<const PolicyConfig>(*cfg);
+  auto e = gpu_engine(model, 2);
+  ASSERT_TRUE(e);
+  SparseStats ss;
+  const auto got = gpu_greedy(*e, prompt, 8, pol, &ss);
+  EXPECT_EQ(ss.selections, 7 * model->hp.n_layer);  // every decode step after the first token
+  EXPECT_EQ(got, cpu_greedy(*model, prompt, 8, pol));
+  // A generation that crosses the budget: dense decode steps, then sparse.
+  const std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 330);
+  SparseStats cs;
+  const auto crossing = gpu_greedy(*e, short_prompt, 16, pol, &cs);
+  EXPECT_GT(cs.selections, 0);
+  EXPECT_LT(cs.selections, 15 * model->hp.n_layer);
+  EXPECT_EQ(crossing, cpu_greedy(*model, short_prompt, 16, pol));
+  // The knob decides, not the preset name: a "dense" preset with tokenselect's knobs selects.
+  auto renamed =
+      make_policy("dense", std::vector<std::string>{"scorer=exact", "top_k=256", "sinks=16",
+                                                    "local=64", "selection_cache=false"});
+  ASSERT_TRUE(renamed.ok()) << renamed.message();
+  SparseStats rs;
+  EXPECT_EQ(gpu_greedy(*e, prompt, 8, std::make_shared<const PolicyConfig>(*renamed), &rs), got);
+  EXPECT_EQ(rs.selections, 7 * model->hp.n_layer);
+}
+
+// The Selection Cache: theta = -1 reuses every layer's first selection, theta = 1 re-selects
+// every step; both give the CPU pipeline's tokens with the same knobs, and hits are counted.
+TEST(CudaRunner, TokenSelectSelectionCacheMatchesTheCpuPipeline) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 2000);
+  const int32_t L = model->hp.n_layer;
+  auto e = gpu_engine(model, 2);
+  ASSERT_TRUE(e);
+  for (const char* theta : {"theta=-1", "theta=1"}) {
+    SCOPED_TRACE(theta);
+    auto cfg = make_policy(
+        "tokenselect",
+        std::vector<std::string>{"top_k=256", "sinks=16", "local=64", "prefill=dense", theta});
+    ASSERT_TRUE(cfg.ok()) << cfg.message();
+    auto pol = std::make_shared<const PolicyConfig>(*cfg);
+    SparseStats ss;
+    const auto got = gpu_greedy(*e, prompt, 12, pol, &ss);
+    EXPECT_EQ(ss.cache_lookups, 11 * L);
+    std::printf("%s: %lld of %lld layer-steps reused their selection\n", theta,
+                static_cast<long long>(ss.cache_hits), static_cast<long long>(ss.cache_lookups));
+    EXPECT_EQ(ss.cache_hits, std::string(theta) == "theta=-1" ? 10 * L : 0);
+    EXPECT_EQ(got, cpu_greedy(*model, prompt, 12, pol));
+  }
+}
+
+TEST(CudaRunner, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
+  REQUIRE_GPU_AND_MODEL();
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 2000);  // chunks 2-4 select
+  auto cfg = make_policy(
+      "tokenselect", std::vector<std::string>{"top_k=256", "sinks=16", "local=64", "prefill=chunk",
+                                              "selection_cache=false"});
+  ASSERT_TRUE(cfg.ok()) << cfg.message();
+  auto pol = std::make_shared<const PolicyConfig>(*cfg);
+  auto e = gpu_engine(model, 1);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(gpu_greedy(*e, prompt, 6, pol), cpu_greedy(*model, prompt, 6, pol));
+}
+
+// 8 concurrent greedy requests (mixed prefill and decode batches, dense and tokenselect)
+// return what the same requests return one by one.
+TEST(CudaRunner, ConcurrentGreedyEqualsOneByOne) {
+  REQUIRE_GPU_AND_MODEL();
+  auto ts = make_policy(
+      "tokenselect", std::vector<std::string>{"top_k=256", "sinks=16", "local=64", "prefill=dense",
+                                              "selection_cache=false"});
+  ASSERT_TRUE(ts.ok());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PolicyPtr> pols;
+  for (int i = 0; i < 8; ++i) {
+    prompts.push_back(test_long_prompt(*model, 300 + 230 * i));
+    pols.push_back(i % 2 ? std::make_shared<const PolicyConfig>(*ts) : dense());
+  }
+  auto one = gpu_engine(model, 1);
+  ASSERT_TRUE(one);
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 8; ++i) want.push_back(gpu_greedy(*one, prompts[i], 12, pols[i]));
+  one.reset();
+  auto many = gpu_engine(model, 8, true);
+  ASSERT_TRUE(many);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<RequestId, int> idx;
+  std::vector<std::vector<int32_t>> got(8);
+  int done = 0;
+  for (int i = 0; i < 8; ++i) {
+    RequestParams rp;
+    rp.prompt = prompts[i];
+    rp.max_tokens = 12;
+    rp.stop_at_eog = false;
+    rp.policy = pols[i];
+    std::lock_guard<std::mutex> lock(mu);
+    idx[many->submit(std::move(rp), [&, i](const RequestEvent& ev) {
+      std::lock_guard<std::mutex> l2(mu);
+      if (!ev.finished)
+        got[i].push_back(ev.token);
+      else {
+        EXPECT_NE(ev.reason, FinishReason::error) << ev.error;
+        ++done;
+        cv.notify_all();
+      }
+    })] = i;
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done == 8; }));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  EXPECT_GT(many->stats().steps, 0);
+}
+
+// What the GPU cannot run is refused by knob value, naming the knob and the backend.
+TEST(CudaRunner, UnsupportedKnobIsOneErrorNamingIt) {
+  auto sk = make_policy("sketch");
+  ASSERT_TRUE(sk.ok());
+  auto g = gpu_policy_from(*sk);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.message().find("scorer=sketch"), std::string::npos) << g.message();
+  EXPECT_NE(g.message().find("CUDA backend"), std::string::npos) << g.message();
+  auto grp = make_policy("tokenselect", std::vector<std::string>{"scope=group"});
+  ASSERT_TRUE(grp.ok());
+  auto bad = gpu_policy_from(*grp);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("selection_cache=false"), std::string::npos) << bad.message();
+}
+
+}  // namespace
+}  // namespace sieve

@@ -1,0 +1,100 @@
+// The model's weights on the device: matrices dequantized to bf16 (Q/K/V and gate/up stacked
+// so that one GEMM computes each group), norms and biases as fp32.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "backend/cpu/matmul.h"
+#include "gpu/cuda_runner_impl.h"
+
+namespace sieve::gpu_internal {
+namespace {
+
+// Rows of weight matrices dequantized and stacked into one bf16 matrix [sum rows, n_cols].
+Result<bf16*> upload_stacked(DevMem& mem, std::initializer_list<const WeightView*> ws,
+                             const char* what) {
+  const int64_t cols = (*ws.begin())->n_cols;
+  int64_t rows = 0;
+  for (const WeightView* w : ws) {
+    if (w->n_cols != cols) return make_error("gpu: {}: stacked matrices differ in width", what);
+    rows += w->n_rows;
+  }
+  auto dst = mem.alloc<bf16>(rows * cols, what);
+  if (!dst) return dst.error();
+  std::vector<float> row(cols);
+  std::vector<bf16> host(std::min<int64_t>(rows, 4096) * cols);
+  int64_t r0 = 0;
+  for (const WeightView* w : ws) {
+    for (int64_t r = 0; r < w->n_rows;) {
+      const int64_t n = std::min<int64_t>(w->n_rows - r, 4096);
+      for (int64_t i = 0; i < n; ++i) {
+        get_row(*w, r + i, row.data());
+        for (int64_t c = 0; c < cols; ++c) host[i * cols + c] = __float2bfloat16(row[c]);
+      }
+      SIEVE_TRY(cuda_check(cudaMemcpy(*dst + (r0 + r) * cols, host.data(), n * cols * sizeof(bf16),
+                                      cudaMemcpyHostToDevice),
+                           what));
+      r += n;
+    }
+    r0 += w->n_rows;
+  }
+  return *dst;
+}
+
+Status upload_vec(DevMem& mem, float*& dst, const float* v, int64_t n, const char* what) {
+  dst = nullptr;
+  if (v == nullptr) return {};
+  SIEVE_TRY(mem.alloc_to(dst, n, what));
+  return cuda_check(cudaMemcpy(dst, v, n * sizeof(float), cudaMemcpyHostToDevice), what);
+}
+
+}  // namespace
+
+Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
+  const ModelHParams& hp = m.hp;
+  const ModelWeights& w = m.w;
+  const int64_t E = hp.n_embd;
+  auto t = upload_stacked(mem, {&w.tok_embd}, "token embeddings");
+  if (!t) return t.error();
+  g.tok_embd = *t;
+  if (w.output.data == w.tok_embd.data && w.output.type == w.tok_embd.type) {
+    g.output = g.tok_embd;
+  } else {
+    auto o = upload_stacked(mem, {&w.output}, "output matrix");
+    if (!o) return o.error();
+    g.output = *o;
+  }
+  SIEVE_TRY(upload_vec(mem, g.output_norm, w.output_norm, E, "output norm"));
+  g.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& L = w.layers[il];
+    GpuLayer& G = g.layers[il];
+    struct M {
+      bf16** dst;
+      std::initializer_list<const WeightView*> ws;
+      const char* what;
+    };
+    for (const M& x :
+         {M{&G.wqkv, {&L.wq, &L.wk, &L.wv}, "attention q/k/v"},
+          M{&G.wo, {&L.wo}, "attention output"}, M{&G.wgu, {&L.w_gate, &L.w_up}, "ffn gate/up"},
+          M{&G.wdown, {&L.w_down}, "ffn down"}}) {
+      auto r = upload_stacked(mem, x.ws, x.what);
+      if (!r) return r.error();
+      *x.dst = *r;
+    }
+    struct V {
+      float** dst;
+      const float* src;
+      int64_t n;
+    };
+    for (const V& v : {V{&G.attn_norm, L.attn_norm, E}, V{&G.ffn_norm, L.ffn_norm, E},
+                       V{&G.q_norm, hp.qk_norm ? L.q_norm : nullptr, hp.head_dim},
+                       V{&G.k_norm, hp.qk_norm ? L.k_norm : nullptr, hp.head_dim},
+                       V{&G.post_attn, hp.post_norms ? L.post_attn_norm : nullptr, E},
+                       V{&G.post_ffn, hp.post_norms ? L.post_ffn_norm : nullptr, E}}) {
+      SIEVE_TRY(upload_vec(mem, *v.dst, v.src, v.n, "norm weights"));
+    }
+  }
+  return {};
+}
+
+}  // namespace sieve::gpu_internal

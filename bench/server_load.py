@@ -151,7 +151,8 @@ def main():
         # ~0.25 words per token is off for this vocabulary; calibrate with /tokenize.
         probe = make_prompt(0, 200)
         _, tk = client.post("/tokenize", {"content": probe}, 60)
-        words = max(8, int(200 * args.prompt_tokens / max(1, tk["count"])))
+        n_probe = tk["count"] if "count" in tk else len(tk.get("tokens", []))  # sieve / llama-server
+        words = max(8, int(200 * args.prompt_tokens / max(1, n_probe)))
         prompts = [make_prompt(i, words) for i in range(args.clients)]
         bodies = [{"prompt": p, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
                    "stream_options": {"include_usage": True}} for p in prompts]

@@ -320,9 +320,10 @@ struct traits<qtype::q6_k> {
       extract(win, window<2>(wb[r] + 128 + 32 * h + 16 * (k & 1), 16, win), qh);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        lo[r][i] = signed_q<32>((ql[i] & 0x0F0F0F0Fu) | (((qh[i] >> sl) & 0x03030303u) << 4));
-        hi[r][i] =
-            signed_q<32>(((ql[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (sl + 4)) & 0x03030303u) << 4));
+        // the two qh bits go to bits 4-5 of each byte: from bits sl, sl+1 (low elements) by a
+        // left shift of 4 - sl, from bits sl+4, sl+5 (high) by a right shift of sl
+        lo[r][i] = signed_q<32>((ql[i] & 0x0F0F0F0Fu) | ((qh[i] << (4 - sl)) & 0x30303030u));
+        hi[r][i] = signed_q<32>(((ql[i] >> 4) & 0x0F0F0F0Fu) | ((qh[i] >> sl) & 0x30303030u));
       }
       const auto* sc = reinterpret_cast<const int8_t*>(wb[r] + 192 + 8 * h + k);
       const float d = __half2float(

@@ -9,6 +9,7 @@
 //
 // usage: bench_qgemv [--out FILE.csv] [--filter SUBSTR] [--iters N] [--sweep] [--commit C]
 //   --sweep also times every threads-per-row choice (32, 64, 128) besides the automatic one.
+//   Launches use programmatic dependent launch unless SIEVE_NO_PDL is set (as bench_cuda).
 #include <cublas_v2.h>
 
 #include <ctime>
@@ -209,6 +210,7 @@ int main(int argc, char** argv) {
           p.ldy = s.rows;
           p.workspace = ws;
           p.threads_per_row = tpr;
+          p.pdl = std::getenv("SIEVE_NO_PDL") == nullptr;
           CK(launch_qgemv(p, g_stream));  // also leaves x quantized in ws
           const stats total = time_gpu([&] { CK(launch_qgemv(p, g_stream)); });
           qgemv_params pq = p;

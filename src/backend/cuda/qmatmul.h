@@ -55,11 +55,15 @@ struct qgemv_params {
   // Threads that share one row group: 32, 64 or 128; 0 picks from the row length (benchmarks
   // sweep it).
   int32_t threads_per_row = 0;
+  // Programmatic dependent launch (sm_90, as launch_cfg::pdl): each kernel may start while the
+  // previous one in the stream drains and waits (griddepcontrol.wait) before reading x or
+  // touching y; its successor may do the same.
+  bool pdl = false;
 };
 
 // x [n_tok, ldx] bf16 -> workspace (int8 quants + per-32 scales and sums).
 cudaError_t launch_qgemv_quantize(const __nv_bfloat16* x, int64_t ldx, int32_t n_tok, int64_t cols,
-                                  void* workspace, cudaStream_t s);
+                                  void* workspace, cudaStream_t s, bool pdl = false);
 
 // Quantizes x into the workspace (unless x_quantized), then y = W x (or y += W x).
 // cudaErrorInvalidValue, with nothing launched, for an unsupported type or bad shape,

@@ -17,7 +17,9 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/qgemv_blocks.cuh"
+#include "backend/cuda/launch/launch_util.cuh"
 
 namespace sieve::cuda::qgemv {
 
@@ -58,6 +60,9 @@ __global__ void __launch_bounds__(threads) qgemv_kernel(const kparams p) {
     const int64_t rr = row0 + r < p.rows ? row0 + r : p.rows - 1;
     wrow[r] = p.w + rr * p.row_bytes;
   }
+  // PDL: the next kernel may launch once every CTA got here; W needs no wait, x8 and y do
+  griddep_launch_dependents();
+  griddep_wait();
   float acc[R][NT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -102,40 +107,31 @@ __global__ void __launch_bounds__(threads) qgemv_kernel(const kparams p) {
 }
 
 // Instances live in launch/qgemv_legacy.cu and launch/qgemv_kquant.cu (nvcc runs in parallel).
-cudaError_t run_legacy(qtype q, int n_tok, const kparams& p, unsigned grid, cudaStream_t s);
-cudaError_t run_kquant(qtype q, int n_tok, const kparams& p, unsigned grid, cudaStream_t s);
+cudaError_t run_legacy(qtype q, int n_tok, const kparams& p, unsigned grid, const launch_cfg& lc);
+cudaError_t run_kquant(qtype q, int n_tok, const kparams& p, unsigned grid, const launch_cfg& lc);
 
 template <qtype Q>
-cudaError_t run_nt(int n_tok, const kparams& p, unsigned grid, cudaStream_t s) {
+cudaError_t run_nt(int n_tok, const kparams& p, unsigned grid, const launch_cfg& lc) {
   switch (n_tok) {
     case 1:
-      qgemv_kernel<Q, 1><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 1>, grid, threads, 0, lc, p);
     case 2:
-      qgemv_kernel<Q, 2><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 2>, grid, threads, 0, lc, p);
     case 3:
-      qgemv_kernel<Q, 3><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 3>, grid, threads, 0, lc, p);
     case 4:
-      qgemv_kernel<Q, 4><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 4>, grid, threads, 0, lc, p);
     case 5:
-      qgemv_kernel<Q, 5><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 5>, grid, threads, 0, lc, p);
     case 6:
-      qgemv_kernel<Q, 6><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 6>, grid, threads, 0, lc, p);
     case 7:
-      qgemv_kernel<Q, 7><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 7>, grid, threads, 0, lc, p);
     case 8:
-      qgemv_kernel<Q, 8><<<grid, threads, 0, s>>>(p);
-      break;
+      return launch_kernel(qgemv_kernel<Q, 8>, grid, threads, 0, lc, p);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace sieve::cuda::qgemv

@@ -36,6 +36,8 @@ std::optional<qgemv::qtype> to_qtype(GgmlType t) {
 __global__ void __launch_bounds__(256)
     quantize_kernel(const __nv_bfloat16* x, int64_t ldx, int64_t cols, int64_t n, int8_t* xq,
                     float2* xs) {
+  griddep_launch_dependents();
+  griddep_wait();  // x comes from the previous kernel
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t t = i / cols, c = i - t * cols;
@@ -84,15 +86,14 @@ int64_t qgemv_workspace_bytes(int64_t cols, int32_t n_tok) {
 }
 
 cudaError_t launch_qgemv_quantize(const __nv_bfloat16* x, int64_t ldx, int32_t n_tok, int64_t cols,
-                                  void* workspace, cudaStream_t s) {
+                                  void* workspace, cudaStream_t s, bool pdl) {
   if (!x || !workspace || !aligned16(workspace) || n_tok < 1 || n_tok > qgemv_max_tok ||
       cols <= 0 || cols % 32 != 0 || ldx < cols)
     return cudaErrorInvalidValue;
   const int64_t n = cols * n_tok;
   const auto grid = static_cast<unsigned>((n + 255) / 256);
-  quantize_kernel<<<grid, 256, 0, s>>>(x, ldx, cols, n, ws_quants(workspace),
-                                       ws_scales(workspace, cols, n_tok));
-  return cudaGetLastError();
+  return launch_kernel(quantize_kernel, dim3(grid), dim3(256), 0, launch_cfg{s, pdl}, x, ldx, cols,
+                       n, ws_quants(workspace), ws_scales(workspace, cols, n_tok));
 }
 
 cudaError_t launch_qgemv(const qgemv_params& p, cudaStream_t s) {
@@ -106,7 +107,7 @@ cudaError_t launch_qgemv(const qgemv_params& p, cudaStream_t s) {
       (!p.x_quantized && p.ldx < p.cols) || (tpg != 32 && tpg != 64 && tpg != 128))
     return cudaErrorInvalidValue;
   if (!p.x_quantized) {
-    const cudaError_t e = launch_qgemv_quantize(p.x, p.ldx, p.n_tok, p.cols, p.workspace, s);
+    const cudaError_t e = launch_qgemv_quantize(p.x, p.ldx, p.n_tok, p.cols, p.workspace, s, p.pdl);
     if (e != cudaSuccess) return e;
   }
   qgemv::kparams k;
@@ -126,13 +127,14 @@ cudaError_t launch_qgemv(const qgemv_params& p, cudaStream_t s) {
   const int64_t grid = (p.rows + rows_per_cta - 1) / rows_per_cta;
   if (grid > INT32_MAX) return cudaErrorInvalidValue;
   const auto g = static_cast<unsigned>(grid);
+  const launch_cfg lc{s, p.pdl};
   switch (*q) {
     case qgemv::qtype::q4_k:
     case qgemv::qtype::q5_k:
     case qgemv::qtype::q6_k:
-      return qgemv::run_kquant(*q, p.n_tok, k, g, s);
+      return qgemv::run_kquant(*q, p.n_tok, k, g, lc);
     default:
-      return qgemv::run_legacy(*q, p.n_tok, k, g, s);
+      return qgemv::run_legacy(*q, p.n_tok, k, g, lc);
   }
 }
 

@@ -3,14 +3,14 @@
 
 namespace sieve::cuda::qgemv {
 
-cudaError_t run_kquant(qtype q, int n_tok, const kparams& p, unsigned grid, cudaStream_t s) {
+cudaError_t run_kquant(qtype q, int n_tok, const kparams& p, unsigned grid, const launch_cfg& lc) {
   switch (q) {
     case qtype::q4_k:
-      return run_nt<qtype::q4_k>(n_tok, p, grid, s);
+      return run_nt<qtype::q4_k>(n_tok, p, grid, lc);
     case qtype::q5_k:
-      return run_nt<qtype::q5_k>(n_tok, p, grid, s);
+      return run_nt<qtype::q5_k>(n_tok, p, grid, lc);
     case qtype::q6_k:
-      return run_nt<qtype::q6_k>(n_tok, p, grid, s);
+      return run_nt<qtype::q6_k>(n_tok, p, grid, lc);
     default:
       return cudaErrorInvalidValue;
   }

@@ -3,18 +3,18 @@
 
 namespace sieve::cuda::qgemv {
 
-cudaError_t run_legacy(qtype q, int n_tok, const kparams& p, unsigned grid, cudaStream_t s) {
+cudaError_t run_legacy(qtype q, int n_tok, const kparams& p, unsigned grid, const launch_cfg& lc) {
   switch (q) {
     case qtype::q4_0:
-      return run_nt<qtype::q4_0>(n_tok, p, grid, s);
+      return run_nt<qtype::q4_0>(n_tok, p, grid, lc);
     case qtype::q4_1:
-      return run_nt<qtype::q4_1>(n_tok, p, grid, s);
+      return run_nt<qtype::q4_1>(n_tok, p, grid, lc);
     case qtype::q5_0:
-      return run_nt<qtype::q5_0>(n_tok, p, grid, s);
+      return run_nt<qtype::q5_0>(n_tok, p, grid, lc);
     case qtype::q5_1:
-      return run_nt<qtype::q5_1>(n_tok, p, grid, s);
+      return run_nt<qtype::q5_1>(n_tok, p, grid, lc);
     case qtype::q8_0:
-      return run_nt<qtype::q8_0>(n_tok, p, grid, s);
+      return run_nt<qtype::q8_0>(n_tok, p, grid, lc);
     default:
       return cudaErrorInvalidValue;
   }

@@ -33,13 +33,14 @@ struct qcase {
   int64_t ldx_pad = 0, ldy_pad = 0;
   bool accumulate = false;
   int tpr = 0;
+  bool pdl = false;
 };
 
 std::string describe(const qcase& c) {
   return std::string(type_name(c.type)) + " " + std::to_string(c.rows) + "x" +
          std::to_string(c.cols) + " n_tok=" + std::to_string(c.n_tok) + " ldx+" +
          std::to_string(c.ldx_pad) + " ldy+" + std::to_string(c.ldy_pad) +
-         (c.accumulate ? " acc" : "") + " tpr=" + std::to_string(c.tpr);
+         (c.accumulate ? " acc" : "") + " tpr=" + std::to_string(c.tpr) + (c.pdl ? " pdl" : "");
 }
 
 // Host copy of a quantized workspace.
@@ -118,6 +119,7 @@ void run_case(const qcase& c, std::mt19937& rng) {
   p.accumulate = c.accumulate;
   p.workspace = ws.p;
   p.threads_per_row = c.tpr;
+  p.pdl = c.pdl;
   CUDA_OK(launch_qgemv(p, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   const std::vector<float> y = dy.get();
@@ -195,6 +197,7 @@ TEST(CudaQgemv, AllTokenCountsStridesAndAccumulate) {
       c.ldx_pad = 40;
       c.ldy_pad = 3;
       c.accumulate = n_tok % 2 == 0;
+      c.pdl = n_tok >= 4;
       run_case(c, rng);
     }
 }

@@ -164,15 +164,23 @@ int main(int argc, char** argv) {
   std::vector<double> blas_us(std::size(k_shapes) * std::size(k_ntoks), 0.0);
   for (size_t si = 0; si < std::size(k_shapes); ++si) {
     const mshape& s = k_shapes[si];
-    if (!selected(std::string("cublas ") + s.name) && !selected(s.name)) continue;
+    bool any = false;  // cuBLAS runs for the shapes some selected case uses
+    for (GgmlType t : k_types) any |= selected(std::string(type_name(t)) + " " + s.name);
+    if (!any) continue;
     for (size_t ni = 0; ni < std::size(k_ntoks); ++ni) {
       const int n = k_ntoks[ni];
       const float one = 1.f, zero = 0.f;
       auto fn = [&] {
-        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.rows), n,
-                     static_cast<int>(s.cols), &one, wbf, CUDA_R_16BF, static_cast<int>(s.cols), x,
-                     CUDA_R_16BF, static_cast<int>(s.cols), &zero, y, CUDA_R_32F,
-                     static_cast<int>(s.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        const cublasStatus_t st =
+            cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.rows), n,
+                         static_cast<int>(s.cols), &one, wbf, CUDA_R_16BF, static_cast<int>(s.cols),
+                         x, CUDA_R_16BF, static_cast<int>(s.cols), &zero, y, CUDA_R_32F,
+                         static_cast<int>(s.rows), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+          std::fprintf(stderr, "bench_qgemv: cublasGemmEx failed (%d) on %s\n",
+                       static_cast<int>(st), s.name);
+          std::exit(2);
+        }
       };
       blas_us[si * std::size(k_ntoks) + ni] = time_gpu(fn).med;
     }

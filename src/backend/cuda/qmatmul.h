@@ -36,8 +36,8 @@ int64_t qgemv_workspace_bytes(int64_t cols, int32_t n_tok);
 
 struct qgemv_params {
   // [rows, qrow_bytes(type, cols)] raw GGUF blocks, 16-byte aligned. The kernels may read the
-  // rest of the 16-byte aligned chunk that holds W's last byte (never a chunk past it), so W
-  // must not end within 16 bytes of an unmapped page: cudaMalloc'd buffers never do.
+  // rest of the 16-byte aligned chunk that holds W's last byte (never a chunk past it): that
+  // cannot fault, but give W's buffer that slack for compute-sanitizer's sake.
   const void* w = nullptr;
   GgmlType type = GgmlType::Q4_K;
   int64_t rows = 0;

@@ -50,8 +50,8 @@ struct qgemv_params {
   bool accumulate = false;           // y += W x instead of y = W x
   void* workspace = nullptr;         // qgemv_workspace_bytes(cols, n_tok), 16-byte aligned
   // The workspace already holds x quantized by launch_qgemv_quantize (or by an earlier
-  // launch_qgemv over the same x and cols): products that share an input (Q, K, V; gate, up)
-  // quantize it once.
+  // launch_qgemv over the same x, cols and n_tok): products that share an input (Q, K, V;
+  // gate, up) quantize it once.
   bool x_quantized = false;
   // Threads that share one row group: 32, 64 or 128; 0 picks from the row length (benchmarks
   // sweep it).

@@ -54,7 +54,7 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
   }
   mem_fraction = opt.mem_fraction;
   S = l.max_running;
-  C = std::max(l.max_batch_tokens, S);
+  C = std::max({l.max_batch_tokens, S, cuda::qgemv_max_tok});
   SIEVE_TRY(cuda_check(cudaGetDeviceProperties(&prop, 0), "device properties"));
   auto d = cuda::current_device();
   if (!d) return d.error();
@@ -70,7 +70,7 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
   SIEVE_TRY(mem.alloc_to(qkv, C * (qd + 2 * kvd), "activations"));
   SIEVE_TRY(mem.alloc_to(tmp, C * E, "activations"));
   SIEVE_TRY(mem.alloc_to(gu, C * 2 * F, "activations"));
-  SIEVE_TRY(mem.alloc_to(logits, int64_t{S} * hp.n_vocab, "logits"));
+  SIEVE_TRY(mem.alloc_to(logits, int64_t{std::max(S, cuda::qgemv_max_tok)} * hp.n_vocab, "logits"));
   SIEVE_TRY(mem.alloc_to(xb, C * std::max(E, qd), "activations"));
   SIEVE_TRY(mem.alloc_to(xsel, int64_t{S} * E, "activations"));
   SIEVE_TRY(mem.alloc_to(q, C * qd, "activations"));
@@ -100,7 +100,10 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
     SIEVE_TRY(mem.alloc_to(bw, k_blas_ws, "cuBLAS workspace"));
     SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, bw, k_blas_ws), "workspace"));
   }
+  SIEVE_TRY(mem.alloc_to(qws,
+                         cuda::qgemv_workspace_bytes(std::max({E, F, qd}), cuda::qgemv_max_tok), "gemv workspace"));
   SIEVE_TRY(init_selection());
+  SIEVE_TRY(choose_matmuls());
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host),
                                       int64_t{S} * hp.n_vocab * sizeof(float)),
                        "pinned memory"));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/qmatmul.h"
 #include "gpu/cuda_runner.h"
 #include "kv/kv_store.h"
 
@@ -74,8 +75,26 @@ struct DevMem {
   }
 };
 
+// One product of the forward pass: its matrices' rows stacked as bf16 (cuBLAS GEMM) and, when
+// every part's GGUF type has a quantized GEMV, the parts' raw blocks as in the file. Steps of
+// at most q_max_tok tokens read the blocks (decode reads every weight once; the blocks are
+// 3.5x fewer bytes than bf16 for Q4_K), larger ones the bf16 copy; q_max_tok is chosen by
+// timing both at start (choose_matmuls).
+struct QPart {
+  const void* w = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;
+};
+struct MatGroup {
+  bf16* bf = nullptr;     // [rows, cols]
+  int64_t rows = 0, cols = 0;
+  std::vector<QPart> q;   // empty: no quantized copy (a type without a GEMV)
+  int32_t q_max_tok = 0;  // 0: always the bf16 GEMM
+  std::string signature() const;  // types and shape: groups that time alike
+};
+
 struct GpuLayer {
-  bf16 *wqkv = nullptr, *wo = nullptr, *wgu = nullptr, *wdown = nullptr;
+  MatGroup qkv, wo, gu, down;
   float* bqkv = nullptr;  // [q_dim + 2 kv_dim] Q/K/V biases (qwen2), or null
   float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   float *post_attn = nullptr, *post_ffn = nullptr;
@@ -83,9 +102,10 @@ struct GpuLayer {
 
 struct GpuWeights {
   bf16* tok_embd = nullptr;
-  bf16* output = nullptr;
+  MatGroup output;
   float* output_norm = nullptr;
   std::vector<GpuLayer> layers;
+  int64_t quant_bytes = 0;  // of the raw blocks kept beside the bf16 matrices
 };
 
 // Uploads the model's weights (matrices dequantized to bf16) into mem.
@@ -202,6 +222,13 @@ struct CudaRunner::Impl {
   // Every launch of one step of n_tok tokens whose logits rows are n_rows (inputs on the device).
   Status enqueue(int32_t n_tok, int32_t n_rows);
   Status gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y);
+  // y [n, g.rows] = x [n, g.cols] . W^T by the quantized GEMV or the bf16 GEMM (q_max_tok).
+  Status matmul(const gpu_internal::MatGroup& g, const bf16* x, int32_t n, float* y);
+  // Times both products for each distinct group signature at 1, 2, 4 and 8 tokens and sets
+  // every group's q_max_tok (SIEVE_GPU_MATMUL=auto | bf16 | quant overrides).
+  Status choose_matmuls();
+  uint8_t* qws = nullptr;  // the quantized GEMV's activation workspace
+  std::string matmul_choice;
   Status attention(int il, int32_t n_tok);
   cuda::paged_kv kv_view(int il, int32_t first, int32_t batch, int32_t n_tok) const;
   // TokenSelect's selection for entry order[b] of layer il from query qsel ([n_head, d]).

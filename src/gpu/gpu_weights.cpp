@@ -40,6 +40,33 @@ Result<bf16*> upload_stacked(DevMem& mem, std::initializer_list<const WeightView
   return *dst;
 }
 
+// The raw GGUF blocks of a group's parts (when every part's type has a quantized GEMV).
+Status upload_blocks(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g, int64_t& bytes) {
+  for (const WeightView* w : ws) {
+    if (!cuda::qgemv_supported(w->type) || w->n_cols % 32 != 0) return {};
+  }
+  for (const WeightView* w : ws) {
+    const int64_t n = w->n_rows * cuda::qrow_bytes(w->type, w->n_cols);
+    uint8_t* dst = nullptr;
+    SIEVE_TRY(mem.alloc_to(dst, n + 16, "quantized weights"));  // the GEMV's 16-byte read slack
+    SIEVE_TRY(cuda_check(cudaMemcpy(dst, w->data, n, cudaMemcpyHostToDevice), "quantized weights"));
+    g.q.push_back({dst, w->type, w->n_rows});
+    bytes += n + 16;
+  }
+  return {};
+}
+
+Status upload_group(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g, int64_t& qbytes,
+                    const char* what) {
+  auto r = upload_stacked(mem, ws, what);
+  if (!r) return r.error();
+  g.bf = *r;
+  g.cols = (*ws.begin())->n_cols;
+  g.rows = 0;
+  for (const WeightView* w : ws) g.rows += w->n_rows;
+  return upload_blocks(mem, ws, g, qbytes);
+}
+
 Status upload_vec(DevMem& mem, float*& dst, const float* v, int64_t n, const char* what) {
   dst = nullptr;
   if (v == nullptr) return {};
@@ -49,6 +76,12 @@ Status upload_vec(DevMem& mem, float*& dst, const float* v, int64_t n, const cha
 
 }  // namespace
 
+std::string MatGroup::signature() const {
+  std::string s = fmt::format("{}x{}", rows, cols);
+  for (const QPart& p : q) s += fmt::format(" {}:{}", type_name(p.type), p.rows);
+  return s;
+}
+
 Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
   const ModelHParams& hp = m.hp;
   const ModelWeights& w = m.w;
@@ -57,30 +90,22 @@ Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
   if (!t) return t.error();
   g.tok_embd = *t;
   if (w.output.data == w.tok_embd.data && w.output.type == w.tok_embd.type) {
-    g.output = g.tok_embd;
+    g.output.bf = g.tok_embd;  // tied: the bf16 rows are the embedding's
+    g.output.rows = w.output.n_rows;
+    g.output.cols = w.output.n_cols;
+    SIEVE_TRY(upload_blocks(mem, {&w.output}, g.output, g.quant_bytes));
   } else {
-    auto o = upload_stacked(mem, {&w.output}, "output matrix");
-    if (!o) return o.error();
-    g.output = *o;
+    SIEVE_TRY(upload_group(mem, {&w.output}, g.output, g.quant_bytes, "output matrix"));
   }
   SIEVE_TRY(upload_vec(mem, g.output_norm, w.output_norm, E, "output norm"));
   g.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& L = w.layers[il];
     GpuLayer& G = g.layers[il];
-    struct M {
-      bf16** dst;
-      std::initializer_list<const WeightView*> ws;
-      const char* what;
-    };
-    for (const M& x :
-         {M{&G.wqkv, {&L.wq, &L.wk, &L.wv}, "attention q/k/v"},
-          M{&G.wo, {&L.wo}, "attention output"}, M{&G.wgu, {&L.w_gate, &L.w_up}, "ffn gate/up"},
-          M{&G.wdown, {&L.w_down}, "ffn down"}}) {
-      auto r = upload_stacked(mem, x.ws, x.what);
-      if (!r) return r.error();
-      *x.dst = *r;
-    }
+    SIEVE_TRY(upload_group(mem, {&L.wq, &L.wk, &L.wv}, G.qkv, g.quant_bytes, "attention q/k/v"));
+    SIEVE_TRY(upload_group(mem, {&L.wo}, G.wo, g.quant_bytes, "attention output"));
+    SIEVE_TRY(upload_group(mem, {&L.w_gate, &L.w_up}, G.gu, g.quant_bytes, "ffn gate/up"));
+    SIEVE_TRY(upload_group(mem, {&L.w_down}, G.down, g.quant_bytes, "ffn down"));
     struct V {
       float** dst;
       const float* src;

@@ -1,5 +1,7 @@
 #include "eval/policies.h"
 
+#include "sparse/policy_builder.h"
+
 #include <cmath>
 #include <cstdlib>
 
@@ -58,16 +60,13 @@ Result<std::vector<PolicyPtr>> make_policy_list(std::span<const std::string> ite
   std::vector<PolicyPtr> out;
   bool any_sparse = false;
   for (const std::string& item : items) {
-    const PolicyItem parsed = split_policy_item(item);
-    const std::string& name = parsed.name;
-    std::vector<std::string> assignments;
-    if (name != "dense") {
-      any_sparse = true;
-      assignments.assign(sets.begin(), sets.end());
-    }
-    assignments.insert(assignments.end(), parsed.assignments.begin(), parsed.assignments.end());
-    auto p = make_policy(name, assignments);
-    if (!p) return make_error("--policy {}: {}", item, p.message());
+    if (split_policy_item(item).name != "dense") any_sparse = true;
+    PolicySources src;
+    src.item = item;
+    src.sets.assign(sets.begin(), sets.end());
+    src.sets_skip_dense = true;
+    auto p = build_policy(src);
+    if (!p) return p.error();
     PolicyPtr ptr = std::make_shared<const PolicyConfig>(std::move(*p));
     for (const PolicyPtr& q : out) {
       if (q->describe() == ptr->describe())

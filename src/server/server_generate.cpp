@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "server/server.h"
+#include "sparse/policy_builder.h"
 
 namespace sieve::server {
 
@@ -122,26 +123,13 @@ std::vector<int32_t> Server::prompt_tokens(const GenRequest& g) const {
 
 PolicyPtr Server::request_policy(const GenRequest& g) const {
   if (!g.policy_json) return nullptr;  // the engine's default (the server's --policy)
-  const json req = json::parse(*g.policy_json);
-  if (req.contains("policy")) {
-    auto p = policy_from_json_text(*g.policy_json, default_policy_->preset);
-    if (!p) throw ApiError::bad("sieve", "sieve: " + p.message(), "invalid_policy");
-    return std::make_shared<const PolicyConfig>(*p);
-  }
-  // Knobs without a preset adjust the server's default policy (its own knobs included).
-  PolicyConfig p = *default_policy_;
-  for (auto it = req.begin(); it != req.end(); ++it) {
-    const json& v = it.value();
-    std::string text;
-    if (v.is_string()) text = v.get<std::string>();
-    else if (v.is_boolean()) text = v.get<bool>() ? "true" : "false";
-    else if (v.is_number()) text = v.dump();
-    else throw ApiError::bad("sieve", fmt::format("sieve: knob {} must be a number, string or boolean", it.key()),
-                             "invalid_policy");
-    if (Status st = set_policy_knob(p, it.key(), text); !st)
-      throw ApiError::bad("sieve", "sieve: " + st.message(), "invalid_policy");
-  }
-  return std::make_shared<const PolicyConfig>(p);
+  // A request naming a preset starts from it; knobs without one adjust the server's default.
+  PolicySources src;
+  src.base = default_policy_.get();
+  src.request_json = *g.policy_json;
+  auto p = build_policy(src);
+  if (!p) throw ApiError::bad("sieve", "sieve: " + p.message(), "invalid_policy");
+  return std::make_shared<const PolicyConfig>(std::move(p.value()));
 }
 
 void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<int32_t> prompt, Clock::time_point t0) {

@@ -1,5 +1,7 @@
 #include "run_common.h"
 
+#include "sparse/policy_builder.h"
+
 #include "core/log.h"
 #include "model_cache.h"
 
@@ -67,32 +69,13 @@ LoadedModel load_for_run(const ModelOptions& o) {
 }
 
 PolicyPtr policy_from_flags(const PolicyFlags& p) {
-  // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set.
-  const PolicyItem item = split_policy_item(p.name);
-  const std::string& name = item.name;
-  Result<PolicyConfig> r = make_policy(name);
-  if (!p.file.empty()) {
-    r = load_policy_file(p.file);
-    if (r && name != "auto" && name != r->preset) {
-      throw UserError("--policy " + name + " and the policy file's '" + r->preset +
-                      "' disagree; give one of them");
-    }
-  }
+  PolicySources src;
+  src.item = p.name;  // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set
+  src.file = p.file;
+  src.head_plan = p.head_plan;
+  src.sets = p.sets;
+  auto r = build_policy(src);
   if (!r) throw UserError(r.message());
-  if (!p.head_plan.empty()) {
-    if (!r->uses_head_plan()) {
-      throw UserError("--head-plan is read by policy rtpurbo only (this run's policy is " + r->preset +
-                      "); add --policy rtpurbo");
-    }
-    if (Status st = set_policy_knob(*r, "head_plan", p.head_plan); !st) throw UserError(st.message());
-  }
-  for (const std::string& a : p.sets) {
-    if (Status st = set_policy_knob(*r, a); !st) throw UserError(st.message());
-  }
-  for (const std::string& a : item.assignments) {
-    if (Status st = set_policy_knob(*r, a); !st) throw UserError("--policy " + p.name + ": " + st.message());
-  }
-  if (Status st = check_policy_complete(*r); !st) throw UserError(st.message());
   return std::make_shared<const PolicyConfig>(std::move(r.value()));
 }
 

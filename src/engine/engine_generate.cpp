@@ -1,5 +1,6 @@
 #include "engine/engine_generate.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -24,7 +25,8 @@ Result<GenerateStats> generate_with_engine(Engine& engine, std::span<const int32
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
   clock::time_point t_first = t0, t_end = t0;
-  RequestId id = 0;
+  std::atomic<RequestId> id{0};
+  std::atomic<bool> stop_now{false};
   id = engine.submit(std::move(rp), [&](const RequestEvent& ev) {
     // Runs on the engine's thread; the caller waits below until the final event.
     if (!ev.finished) {
@@ -36,7 +38,9 @@ Result<GenerateStats> generate_with_engine(Engine& engine, std::span<const int32
       }
       if (!stopped && !on_token(ev.token)) {
         stopped = true;
-        engine.cancel(id);
+        // the id is known once submit() has returned; until then the caller cancels below
+        if (const RequestId known = id.load()) engine.cancel(known);
+        else stop_now = true;
       }
       return;
     }
@@ -46,6 +50,7 @@ Result<GenerateStats> generate_with_engine(Engine& engine, std::span<const int32
     done = true;
     cv.notify_all();
   });
+  if (stop_now) engine.cancel(id);
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });

@@ -45,7 +45,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 if [ -z "${SKIP_DECODE:-}" ]; then
   log "sieve bench --backend cuda at $DEPTHS"
   "$SIEVE" bench --backend cuda -m "$MODEL" --lengths "$DEPTHS" --n-decode 128 \
-    --policies dense,auto > "$OUT_DIR/sieve_bench.json" 2> "$OUT_DIR/sieve_bench.log" || tail -5 "$OUT_DIR/sieve_bench.log"
+    --policies dense,auto:positions=original > "$OUT_DIR/sieve_bench.json" 2> "$OUT_DIR/sieve_bench.log" || tail -5 "$OUT_DIR/sieve_bench.log"
   if [ -z "${SKIP_LLAMA:-}" ] && [ -n "$LLAMA_BIN" ]; then
     log "llama-bench -d $DEPTHS"
     "$LLAMA_BIN/llama-bench" -m "$MODEL" -ngl 99 -fa 1 -p 0 -n 128 -d "$DEPTHS" -r 3 -o json \
@@ -60,7 +60,7 @@ if [ -z "${SKIP_SERVE:-}" ]; then
       for server in sieve llama; do
         [ "$server" = llama ] && { [ -n "${SKIP_LLAMA:-}" ] || [ -z "$LLAMA_BIN" ]; } && continue
         if [ "$server" = sieve ]; then
-          "$SIEVE" serve --backend cuda -m "$MODEL" --port $PORT -c $ctx --max-running "$clients" \
+          "$SIEVE" serve --backend cuda --policy dense -m "$MODEL" --port $PORT -c $ctx --max-running "$clients" \
             --no-prefix-cache > "$OUT_DIR/srv_${server}_${clients}x${prompt}.log" 2>&1 &
         else
           "$LLAMA_BIN/llama-server" -m "$MODEL" --port $PORT -ngl 99 -fa on -np "$clients" \

@@ -63,7 +63,7 @@ std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_r
   ec.n_ctx = 4096;
   ec.max_running = max_running;
   ec.max_batch_tokens = 512;
-  ec.prefix_cache = prefix_cache;
+  ec.prefix_cache = false;
   ec.runner_factory = cuda_runner_factory({0.5});
   auto e = Engine::create(std::move(m), ec);
   EXPECT_TRUE(e.ok()) << e.message();
@@ -237,7 +237,7 @@ TEST(CudaRunner, ConcurrentGreedyEqualsOneByOne) {
   std::vector<std::vector<int32_t>> want;
   for (int i = 0; i < 8; ++i) want.push_back(gpu_greedy(*one, prompts[i], 12, pols[i]));
   one.reset();
-  auto many = gpu_engine(model, 8, true);
+  auto many = gpu_engine(model, 8);
   ASSERT_TRUE(many);
   std::mutex mu;
   std::condition_variable cv;

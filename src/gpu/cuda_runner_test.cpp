@@ -57,8 +57,8 @@ std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prom
   return out;
 }
 
-std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_running,
-                                   bool prefix_cache = false) {
+// The engine on the CUDA runner; no prefix cache, so every request computes its own KV.
+std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_running) {
   EngineConfig ec;
   ec.n_ctx = 4096;
   ec.max_running = max_running;

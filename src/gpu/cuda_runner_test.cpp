@@ -8,7 +8,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <map>
 #include <mutex>
 
 #include "core/thread_pool.h"
@@ -218,9 +217,74 @@ TEST(CudaRunner, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
   EXPECT_EQ(gpu_greedy(*e, prompt, 6, pol), cpu_greedy(*model, prompt, 6, pol));
 }
 
-// 8 concurrent greedy requests (mixed prefill and decode batches, dense and tokenselect)
-// return what the same requests return one by one.
-TEST(CudaRunner, ConcurrentGreedyEqualsOneByOne) {
+// A batched step gives each sequence the logits it gets alone, up to the rounding of
+// batch-dependent work splits (split-K attention, the GEMMs' algorithms): mixed prefill chunks
+// and decode tokens of three sequences in one step, against each sequence in its own steps.
+TEST(CudaRunner, BatchedStepsMatchEachSequenceAlone) {
+  REQUIRE_GPU_AND_MODEL();
+  auto r = CudaRunner::create(*model, RunnerLimits{4096, 8, 1024}, {0.5});
+  ASSERT_TRUE(r.ok()) << r.message();
+  KvConfig kc = kv_config_for(model->hp, int64_t{256} << 20, 16, "test");
+  kc.host_rows = false;
+  kc.prefix_cache = false;
+  auto store = KvStore::create(kc);
+  ASSERT_TRUE(store.ok()) << store.message();
+  ASSERT_TRUE((*r)->attach(*store).ok());
+  const int64_t V = model->hp.n_vocab;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t n : {333, 517, 190}) prompts.push_back(test_long_prompt(*model, n));
+  // step k of sequence i appends cuts[i][k]..cuts[i][k+1]: prefill chunks, then one decode token
+  const std::vector<std::vector<int32_t>> cuts = {
+      {0, 300, 332, 333}, {0, 200, 516, 517}, {0, 189, 190, 190}};
+  auto run = [&](const std::vector<int>& seqs, bool together) {
+    std::vector<std::vector<float>> out(prompts.size());
+    std::vector<KvSeqId> ids(prompts.size());
+    for (int i : seqs) ids[i] = store->add_sequence({})->seq;
+    for (size_t k = 0; k + 1 < cuts[0].size(); ++k) {
+      std::vector<std::vector<int>> groups;
+      if (together)
+        groups.push_back(seqs);
+      else
+        for (int i : seqs) groups.push_back({i});
+      for (const auto& g : groups) {
+        std::vector<KvAppend> apps;
+        std::vector<BatchEntry> batch;
+        std::vector<int> who;
+        for (int i : g) {
+          if (cuts[i][k + 1] == cuts[i][k]) continue;
+          apps.push_back(
+              {ids[i], std::span(prompts[i]).subspan(cuts[i][k], cuts[i][k + 1] - cuts[i][k])});
+          who.push_back(i);
+        }
+        if (apps.empty()) continue;
+        EXPECT_TRUE(store->reserve(apps)->fits());
+        for (const KvAppend& a : apps) batch.push_back({a.seq, a.tokens, false, nullptr});
+        std::vector<float> lg;
+        const Status st = (*r)->run(batch, lg);
+        EXPECT_TRUE(st.ok()) << st.message();
+        for (size_t j = 0; j < who.size(); ++j)
+          out[who[j]].assign(lg.begin() + j * V, lg.begin() + (j + 1) * V);
+      }
+    }
+    for (int i : seqs) EXPECT_TRUE(store->free_sequence(ids[i]).ok());
+    return out;
+  };
+  const auto alone = run({0, 1, 2}, false);
+  const auto together = run({0, 1, 2}, true);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const float d = rel_diff(alone[i], together[i]);
+    std::printf("sequence %zu: batched vs alone, last logits max |diff| / spread = %.5f\n", i, d);
+    EXPECT_LT(d, 0.01f) << "sequence " << i;
+  }
+  EXPECT_TRUE(store->check_invariants().ok());
+}
+
+// 8 concurrent greedy requests (mixed prefill and decode batches, dense and tokenselect) all
+// finish; how many return the text they return one by one is printed. Exact equality is not
+// asserted: the GPU's split-K attention and GEMMs split their work by the batch's shape, so a
+// near-tie can break differently (issue 40 item 6 is open for this; the CPU scheduler test
+// asserts equality).
+TEST(CudaRunner, ConcurrentGreedyRequestsAllFinish) {
   REQUIRE_GPU_AND_MODEL();
   auto ts = make_policy(
       "tokenselect", std::vector<std::string>{"top_k=256", "sinks=16", "local=64", "prefill=dense",
@@ -241,7 +305,6 @@ TEST(CudaRunner, ConcurrentGreedyEqualsOneByOne) {
   ASSERT_TRUE(many);
   std::mutex mu;
   std::condition_variable cv;
-  std::map<RequestId, int> idx;
   std::vector<std::vector<int32_t>> got(8);
   int done = 0;
   for (int i = 0; i < 8; ++i) {
@@ -250,21 +313,25 @@ TEST(CudaRunner, ConcurrentGreedyEqualsOneByOne) {
     rp.max_tokens = 12;
     rp.stop_at_eog = false;
     rp.policy = pols[i];
-    std::lock_guard<std::mutex> lock(mu);
-    idx[many->submit(std::move(rp), [&, i](const RequestEvent& ev) {
-      std::lock_guard<std::mutex> l2(mu);
-      if (!ev.finished)
+    many->submit(std::move(rp), [&, i](const RequestEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!ev.finished) {
         got[i].push_back(ev.token);
-      else {
-        EXPECT_NE(ev.reason, FinishReason::error) << ev.error;
-        ++done;
-        cv.notify_all();
+        return;
       }
-    })] = i;
+      EXPECT_NE(ev.reason, FinishReason::error) << ev.error;
+      ++done;
+      cv.notify_all();
+    });
   }
   std::unique_lock<std::mutex> lock(mu);
   ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done == 8; }));
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  int same = 0;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(got[i].size(), 12u) << "request " << i;
+    same += got[i] == want[i] ? 1 : 0;
+  }
+  std::printf("8 concurrent greedy requests: %d of 8 equal their one-by-one text\n", same);
   EXPECT_GT(many->stats().steps, 0);
 }
 

@@ -40,7 +40,18 @@ struct Bounds {
   float mean, max, gap;
 };
 Bounds bounds_for(const std::string& model) {
-  return model == "smollm2" ? Bounds{0.2f, 1.5f, 0.5f} : Bounds{0.25f, 5.0f, 1.0f};
+  if (model == "smollm2") return Bounds{0.2f, 1.5f, 0.5f};
+  // Qwen2.5-Coder-0.5B measured (2026-12-06, fixtures from an AVX-512 build without repacked
+  // weights): mean 0.060, max 0.47 over 1405 positions, decisive top-1 956/956, every greedy
+  // continuation identical. The bounds keep about 2x room.
+  if (model.starts_with("qwen2")) return Bounds{0.12f, 1.0f, 0.5f};
+  return Bounds{0.25f, 5.0f, 1.0f};
+}
+
+// Fixture files are named after the cache name, less the size for the first two models.
+std::string fixture_stem(const std::string& model) {
+  if (model == "gemma3-270m") return "gemma3";
+  return model;
 }
 
 nlohmann::json load_fixture(const std::string& name) {
@@ -57,7 +68,7 @@ TEST_P(Golden, MatchesLlamaCpp) {
   const std::string model_name = GetParam();
   const std::string path = test_model_path((model_name + ".gguf").c_str());
   if (path.empty()) GTEST_SKIP() << model_name << ".gguf not found (run `sieve pull " << model_name << "`)";
-  const std::string fixture = "logits_" + model_name.substr(0, model_name.find('-')) + ".json";
+  const std::string fixture = "logits_" + fixture_stem(model_name) + ".json";
   const nlohmann::json fx = load_fixture(fixture);
   ASSERT_FALSE(fx.is_null()) << "fixture tests/fixtures/" << fixture << " missing";
   auto m = load_model(path);
@@ -146,7 +157,9 @@ TEST_P(Golden, MatchesLlamaCpp) {
   EXPECT_LT(err_max, bounds_for(model_name).max);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::Values("smollm2", "gemma3-270m"));
+INSTANTIATE_TEST_SUITE_P(Models, Golden,
+                         ::testing::Values("smollm2", "gemma3-270m", "qwen2.5-coder-0.5b",
+                                           "qwen2.5-coder-1.5b"));
 
 }  // namespace
 }  // namespace sieve

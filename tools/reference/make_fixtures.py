@@ -222,12 +222,19 @@ def prompts_for(name: str) -> list[dict]:
     return out
 
 
-def logits_fixture(name: str, model_path: str, threads: int) -> dict:
+def logits_fixture(name: str, model_path: str, threads: int, yarn: tuple[float, int] | None = None) -> dict:
+    kw = {}
+    if yarn:  # llama.cpp's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N
+        kw = {"rope_scaling_type": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN,
+              "rope_freq_scale": 1.0 / yarn[0], "yarn_orig_ctx": yarn[1]}
     llm = Llama(model_path=model_path, logits_all=True, n_ctx=N_CTX, n_threads=threads,
-                n_threads_batch=threads, n_batch=N_BATCH, n_ubatch=N_BATCH, verbose=False)
+                n_threads_batch=threads, n_batch=N_BATCH, n_ubatch=N_BATCH, verbose=False, **kw)
     n_vocab = llm.n_vocab()
     results = []
-    for p in prompts_for(name):
+    prompts = prompts_for(name)
+    if yarn:  # the short prompts only: the scaling is checked, not the long text again
+        prompts = [p for p in prompts if p["label"] != "long_text"]
+    for p in prompts:
         t0 = time.time()
         ids = [int(t) for t in llm.tokenize(p["text"].encode("utf-8"), add_bos=True,
                                              special=p["parse_special"])]
@@ -276,7 +283,9 @@ def logits_fixture(name: str, model_path: str, threads: int) -> dict:
         "llama_cpp_python": llama_cpp.__version__,
         "n_vocab": n_vocab,
         "settings": {"n_ctx": N_CTX, "n_batch": N_BATCH, "n_ubatch": N_BATCH, "n_threads": threads,
-                     "logits_all": True, "topk": TOPK, "n_gen": N_GEN, "logit_decimals": 4},
+                     "logits_all": True, "topk": TOPK, "n_gen": N_GEN, "logit_decimals": 4,
+                     "rope_scaling": ({"type": "yarn", "factor": yarn[0], "original_context": yarn[1]}
+                                      if yarn else None)},
         "notes": (
             "For each prompt: ids fed (tokenize(text, add_bos=True, special=parse_special)), then "
             "top10[i] = the 10 highest (token id, logit) pairs of the logits at position i, i.e. the "
@@ -297,6 +306,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures"))
     ap.add_argument("--what", default="all", choices=["tokenizer", "logits", "all"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--yarn", type=float, default=0.0,
+                    help="logits with YaRN of this factor (file logits_NAME_yarnF.json)")
+    ap.add_argument("--yarn-orig-ctx", type=int, default=32768)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -314,8 +326,10 @@ def main() -> int:
         print(f"wrote {path}: {len(fx['cases'])} cases, roundtrip mismatches: "
               f"{fx['detokenize_roundtrip_mismatch_labels']}", file=sys.stderr)
     if args.what in ("logits", "all"):
-        fx = logits_fixture(args.name, args.model, args.threads)
-        path = os.path.join(args.out, f"logits_{args.name}.json")
+        yarn = (args.yarn, args.yarn_orig_ctx) if args.yarn else None
+        fx = logits_fixture(args.name, args.model, args.threads, yarn)
+        suffix = f"_yarn{args.yarn:g}" if yarn else ""
+        path = os.path.join(args.out, f"logits_{args.name}{suffix}.json")
         with open(path, "w", encoding="utf-8") as f:
             # compact: one prompt's arrays would be huge with indent
             json.dump(fx, f, ensure_ascii=False, separators=(",", ":"))

@@ -29,13 +29,14 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--no-extra-bufts", action="store_true", help="passed to llama_cpp_bench.py")
     a = ap.parse_args()
     sieve = run([a.sieve, "-q", "bench", "-m", a.model, "--threads-list", a.threads,
                  "--lengths", a.lengths, "--n-decode", str(a.gen), "--reps", str(a.reps)])
     print(json.dumps(sieve), file=sys.stderr, flush=True)  # kept even if the next part is cut off
     llama = run([sys.executable, os.path.join(HERE, "llama_cpp_bench.py"), a.model,
                  "--threads", *a.threads.split(","), "--lengths", *a.lengths.split(","),
-                 "--gen", str(a.gen), "--reps", str(a.reps)])
+                 "--gen", str(a.gen), "--reps", str(a.reps)] + (["--no-extra-bufts"] if a.no_extra_bufts else []))
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         for name, obj in (("sieve", sieve), ("llama_cpp", llama)):

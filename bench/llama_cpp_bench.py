@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tools", "reference"))
 import corpus  # noqa: E402
 
 import llama_cpp  # noqa: E402
+import llama_cpp.llama  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
 
 N_CTX = 8192
@@ -94,7 +95,20 @@ def main() -> int:
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 4096])
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="plain CPU weight buffers, no repacking (llama.cpp's --no-repack): its AMX "
+                         "repack segfaulted on an AMX VM (2026-12-06); slower than the repacked path")
     args = ap.parse_args()
+    if args.no_extra_bufts:
+        default_params = llama_cpp.llama_model_default_params
+
+        def no_extra():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama_model_default_params = no_extra
+        llama_cpp.llama.llama_cpp.llama_model_default_params = no_extra
 
     results = []
     sysinfo = None
@@ -142,6 +156,7 @@ def main() -> int:
                      "reps": args.reps, "warmup_runs": 1, "statistic": "median",
                      "decode": "greedy, one eval call per token, eval time only"},
         "system_info": sysinfo,
+        "extra_bufts": not args.no_extra_bufts,
         "cpu_count": os.cpu_count(),
         "loadavg_1_5_15_start": [round(x, 2) for x in load_start],
         "loadavg_1_5_15_end": [round(x, 2) for x in os.getloadavg()],

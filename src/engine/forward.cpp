@@ -107,6 +107,9 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       const ScopedNs t{matmul_ns_};
       matmul_multi(qkv, 3, x_.data(), n_tok, pool_, mm_);
     }
+    if (L.bq) add_bias(q_.data(), L.bq, n_tok, hp.q_dim());
+    if (L.bk) add_bias(k_.data(), L.bk, n_tok, hp.kv_dim());
+    if (L.bv) add_bias(v_.data(), L.bv, n_tok, hp.kv_dim());
     if (hp.qk_norm) {
       rms_norm(q_.data(), L.q_norm, hp.rms_eps, n_tok * hp.n_head, hp.head_dim, q_.data());
       rms_norm(k_.data(), L.k_norm, hp.rms_eps, n_tok * hp.n_head_kv, hp.head_dim, k_.data());
@@ -115,8 +118,8 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
       std::copy(q_.begin(), q_.begin() + n_tok * hp.q_dim(), qpre_.begin());
       std::copy(k_.begin(), k_.begin() + n_tok * hp.kv_dim(), kpre_.begin());
     }
-    rope_qk(q_.data(), hp.n_head, k_.data(), hp.n_head_kv, pos_.data(), n_tok, hp.head_dim, hp.n_rot,
-            hp.rope_base[il], hp.rope_mode);
+    rope_qk(q_.data(), hp.n_head, k_.data(), hp.n_head_kv, pos_.data(), n_tok, hp.head_dim,
+            hp.n_rot, hp.rope_base[il], hp.rope_mode, hp.rope_scaling);
     for (size_t i = 0; i < batch.size(); ++i) {
       const BatchEntry& e = batch[i];
       const int64_t off = entry_offset_[i];

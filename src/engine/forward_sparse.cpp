@@ -78,7 +78,8 @@ const RopeRotator& Forward::rotator(int il, int64_t max_abs) {
       return *r;
     }
   }
-  rotators_.push_back(std::make_unique<RopeRotator>(hp.head_dim, hp.n_rot, hp.rope_base[il], hp.rope_mode));
+  rotators_.push_back(std::make_unique<RopeRotator>(hp.head_dim, hp.n_rot, hp.rope_base[il],
+                                                    hp.rope_mode, hp.rope_scaling));
   rotators_.back()->reserve(max_abs);
   return *rotators_.back();
 }

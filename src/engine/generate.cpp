@@ -90,7 +90,7 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
     return make_error(
         "the prompt has {} tokens, more than the context size {}; shorten it or raise -c (the "
         "model was trained with {} tokens)",
-        prompt.size(), n_ctx_, model_.hp.n_ctx_train);
+        prompt.size(), n_ctx_, model_.hp.n_ctx_max());
   }
   SIEVE_TRY(validate(opt.sampling));
   if (opt.n_batch <= 0) return make_error("batch size {} must be positive", opt.n_batch);

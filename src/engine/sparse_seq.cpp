@@ -10,7 +10,7 @@ namespace sieve {
 
 SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
     : policy_(std::move(resolved)),
-      n_ctx_train_(hp.n_ctx_train),
+      n_ctx_train_(hp.n_ctx_max()),  // with YaRN, the stretched context
       n_units_(policy_.scope == VoteScope::layer ? 1 : hp.n_head_kv),
       head_dim_(hp.head_dim),
       rt_window_(rt_window_for(policy_, hp)),

@@ -199,3 +199,37 @@ TEST(ChatTemplate, GemmaPromptEncodesWithOneBos) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+TEST(ChatTemplate, FromQwen25CoderFile) {
+  // Qwen2.5's template (with its tool-calling branch) is ChatML with a literal default system
+  // prompt in the no-tools branch.
+  const std::string path = test_model_path("qwen2.5-coder-0.5b.gguf");
+  if (path.empty()) GTEST_SKIP() << "qwen2.5-coder-0.5b.gguf not found";
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.message();
+  auto tok = Tokenizer::from_gguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.message();
+  auto info = detect_chat_template((*tok)->chat_template());
+  ASSERT_TRUE(info.ok()) << info.message();
+  EXPECT_EQ(info->kind, ChatTemplateKind::chatml);
+  EXPECT_EQ(info->default_system,
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  const ChatMessage msgs[] = {{"user", "Hello"}};
+  auto prompt = apply_chat_template(**tok, msgs, true);
+  ASSERT_TRUE(prompt.ok()) << prompt.message();
+  EXPECT_EQ(*prompt,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  const auto ids = (*tok)->encode(*prompt, true, true);
+  ASSERT_GE(ids.size(), 4u);
+  EXPECT_EQ(ids.front(), 151644);  // <|im_start|>, no BOS (add_bos_token false)
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 151644), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 151645), 2);  // <|im_end|> (also EOS)
+  EXPECT_EQ((*tok)->decode(ids, true), *prompt);
+}
+
+}  // namespace
+}  // namespace sieve

@@ -14,6 +14,7 @@ struct ArchEntry {
 constexpr ArchEntry kArchs[] = {
     {"llama", load_llama},
     {"gemma3", load_gemma3},
+    {"qwen2", load_qwen2},
 };
 
 }  // namespace
@@ -48,6 +49,7 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path) {
   model->hp.arch = std::string(*arch);
   if (auto n = f.get_string("general.name")) model->hp.name = std::string(*n);
   SIEVE_TRY(entry->load(f, model->hp, model->w));
+  if (model->hp.attn_scale_unscaled == 0) model->hp.attn_scale_unscaled = model->hp.attn_scale;
 
   auto tok = Tokenizer::from_gguf(f);
   if (!tok) return tok.error();

@@ -97,6 +97,71 @@ double meta_float_or(const GgufFile& f, const std::string& key, double fallback)
   return v ? *v : fallback;
 }
 
+Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  RopeScaling s;
+  std::string type = "none";
+  if (f.find(a + "rope.scaling.type")) {
+    auto t = f.get_string(a + "rope.scaling.type");
+    if (!t) return make_error("model: metadata '{}rope.scaling.type' is not a string", a);
+    type = std::string(*t);
+  }
+  double factor = meta_float_or(f, a + "rope.scaling.factor", 0.0);
+  if (factor == 0.0) {
+    // Older files: a linear scale without a type (llama.cpp reads it the same way).
+    const double lin = meta_float_or(f, a + "rope.scale_linear", 0.0);
+    if (lin != 0.0 && lin != 1.0 && type == "none") type = "linear";
+    factor = lin;
+  }
+  if (type == "none") return set_rope_scaling(hp, s);
+  if (type == "linear") {
+    s.type = RopeScalingType::linear;
+  } else if (type == "yarn") {
+    s.type = RopeScalingType::yarn;
+  } else {
+    return make_error(
+        "model: rope scaling '{}' ({}rope.scaling.type) is not supported (none, linear, yarn)",
+        type, a);
+  }
+  if (meta_float_or(f, a + "rope.scaling.yarn_log_multiplier", 0.0) != 0.0) {
+    return make_error(
+        "model: {}rope.scaling.yarn_log_multiplier (DeepSeek-style YaRN) is not supported", a);
+  }
+  s.factor = static_cast<float>(factor == 0.0 ? 1.0 : factor);
+  s.n_ctx_orig = narrow_count(meta_uint_or(f, a + "rope.scaling.original_context_length",
+                                           static_cast<uint64_t>(hp.n_ctx_train)));
+  s.ext_factor = static_cast<float>(meta_float_or(f, a + "rope.scaling.yarn_ext_factor",
+                                                  s.type == RopeScalingType::yarn ? 1.0 : 0.0));
+  s.attn_factor = static_cast<float>(meta_float_or(f, a + "rope.scaling.attn_factor", 1.0));
+  s.beta_fast = static_cast<float>(meta_float_or(f, a + "rope.scaling.yarn_beta_fast", 32.0));
+  s.beta_slow = static_cast<float>(meta_float_or(f, a + "rope.scaling.yarn_beta_slow", 1.0));
+  return set_rope_scaling(hp, s);
+}
+
+Status set_rope_scaling(ModelHParams& hp, const RopeScaling& s) {
+  if (hp.attn_scale_unscaled == 0) hp.attn_scale_unscaled = hp.attn_scale;
+  if (s.type != RopeScalingType::none) {
+    if (!(s.factor > 0) || !std::isfinite(s.factor)) {
+      return make_error("model: rope scaling factor {} must be positive", s.factor);
+    }
+    if (s.type == RopeScalingType::yarn) {
+      if (s.n_ctx_orig <= 0)
+        return make_error("model: YaRN needs the original context length (> 0)");
+      if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) {
+        return make_error("model: YaRN beta_fast {} and beta_slow {} must be positive", s.beta_fast,
+                          s.beta_slow);
+      }
+    }
+    if (!(s.attn_factor > 0) || !std::isfinite(s.ext_factor)) {
+      return make_error("model: rope scaling attn_factor {} must be positive", s.attn_factor);
+    }
+  }
+  hp.rope_scaling = s;
+  if (s.type == RopeScalingType::none) hp.rope_scaling = RopeScaling{};
+  const float m = hp.rope_scaling.mscale();
+  hp.attn_scale = hp.attn_scale_unscaled * m * m;
+  return {};
+}
+
 Status validate_hparams(const ModelHParams& hp) {
   auto bad = [&](const char* what, int64_t v) {
     return make_error("model: {} = {} is not valid for architecture {}", what, v, hp.arch);

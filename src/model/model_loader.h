@@ -49,11 +49,17 @@ Result<uint64_t> meta_uint(const GgufFile& f, const std::string& key);
 uint64_t meta_uint_or(const GgufFile& f, const std::string& key, uint64_t fallback);
 double meta_float_or(const GgufFile& f, const std::string& key, double fallback);
 
+// Reads {arch}.rope.scaling.* (type none/linear/yarn, factor, original_context_length,
+// attn_factor, yarn_ext_factor, yarn_beta_fast/slow; the legacy rope.scale_linear) and
+// applies them with set_rope_scaling. longrope and YaRN's log multiplier are errors.
+Status read_rope_scaling(const GgufFile& f, const std::string& arch_prefix, ModelHParams& hp);
+
 // Checks the common invariants (head counts divide, dims positive, ...) once per model.
 Status validate_hparams(const ModelHParams& hp);
 
 // Architecture loaders: fill hp and weights from the file.
 Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
 Status load_gemma3(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
+Status load_qwen2(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
 
 }  // namespace sieve

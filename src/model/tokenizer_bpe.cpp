@@ -23,6 +23,15 @@ namespace {
 constexpr std::string_view kGpt2Regex =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" SIEVE_WS "\\p{L}\\p{N}]+"
     "|[" SIEVE_WS "]+(?![^" SIEVE_WS "])|[" SIEVE_WS "]+";
+// Qwen2's (tokenizer.json's, as llama.cpp runs it): case-insensitive contractions, a letter
+// run may take one leading non-letter/non-digit that is not a newline, each digit alone,
+// punctuation runs keep their trailing newlines, and newline runs take the spaces before them.
+constexpr std::string_view kQwen2Regex =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+    "| ?[^" SIEVE_WS "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[" SIEVE_WS "]*[\\r\\n]+"
+    "|[" SIEVE_WS "]+(?![^" SIEVE_WS "])|[" SIEVE_WS "]+";
 #undef SIEVE_WS
 
 struct PreTokenizer {
@@ -31,12 +40,13 @@ struct PreTokenizer {
 };
 
 // smollm (shared in llama.cpp with starcoder, refact, command-r, ...): every digit alone,
-// then GPT-2. default/gpt2: GPT-2 alone.
+// then GPT-2. default/gpt2: GPT-2 alone. qwen2: one regex (digits alone inside it).
 const std::vector<PreTokenizer>& pre_tokenizers() {
   static const std::vector<PreTokenizer> p = {
       {"smollm", {R"(\p{N})", kGpt2Regex}},
       {"default", {kGpt2Regex}},
       {"gpt2", {kGpt2Regex}},
+      {"qwen2", {kQwen2Regex}},
   };
   return p;
 }

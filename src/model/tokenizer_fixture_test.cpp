@@ -43,5 +43,9 @@ TEST(TokenizerFixture, Gemma3MatchesLlamaCpp) {
   check_fixture("tokenizer_gemma3.json", "gemma3-270m.gguf");
 }
 
+TEST(TokenizerFixture, Qwen25Coder05bMatchesLlamaCpp) {
+  check_fixture("tokenizer_qwen2.5-coder-0.5b.json", "qwen2.5-coder-0.5b.gguf");
+}
+
 }  // namespace
 }  // namespace sieve

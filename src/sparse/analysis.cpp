@@ -235,9 +235,9 @@ float quest_bound(const float* q, const float* mn, const float* mx, int32_t d) {
 }
 
 void rotate_to_origin(float* q, int32_t n_head, int32_t head_dim, int32_t n_rot, float base,
-                      RopeMode mode, int32_t pos) {
+                      RopeMode mode, int32_t pos, const RopeScaling& scaling) {
   const int32_t back = -pos;
-  rope(q, &back, 1, n_head, head_dim, n_rot, base, mode);
+  rope(q, &back, 1, n_head, head_dim, n_rot, base, mode, scaling);
 }
 
 double mean_head_cosine(const float* a, const float* b, int32_t n_head, int32_t head_dim) {

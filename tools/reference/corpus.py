@@ -112,3 +112,10 @@ SMOLLM2_CHAT = (
 GEMMA3_CHAT = (
     "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n"
 )
+
+# Qwen2.5(-Coder) Instruct: ChatML with the template's own default system prompt.
+QWEN2_CHAT = (
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    "<|im_end|>\n<|im_start|>user\nWrite a Python function that checks whether a number is "
+    "prime.<|im_end|>\n<|im_start|>assistant\n"
+)

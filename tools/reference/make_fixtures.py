@@ -8,6 +8,7 @@ implementation. See tools/reference/README.md.
 Usage:
     /opt/refenv/bin/python tools/reference/make_fixtures.py \
         --name smollm2 --model /tmp/models/smollm2.gguf [--out tests/fixtures] \
+        (names: smollm2, gemma3, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)
         [--what tokenizer|logits|all] [--threads 2]
 
 Writes:
@@ -30,7 +31,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
 
 import llama_cpp  # noqa: E402
+import llama_cpp.llama  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
+
+# No "extra" (repacked) CPU weight buffers: on a CPU with AMX, GGML_NATIVE builds repack
+# weights for AMX tiles, and eval segfaulted on such a VM (2026-12-06, llama-cpp-python
+# 0.3.36, Qwen2.5 and SmolLM2 alike). The plain CPU buffers compute the same model.
+_default_model_params = llama_cpp.llama_model_default_params
+
+
+def _model_params_without_extra_bufts():
+    p = _default_model_params()
+    p.use_extra_bufts = False
+    return p
+
+
+llama_cpp.llama_model_default_params = _model_params_without_extra_bufts
+llama_cpp.llama.llama_cpp.llama_model_default_params = _model_params_without_extra_bufts
 
 TOPK = 10
 N_GEN = 32
@@ -126,9 +143,23 @@ GEMMA3_TEXTS: list[tuple[str, str]] = [
 ]
 
 
+QWEN2_TEXTS: list[tuple[str, str]] = [
+    ("chat_special", corpus.QWEN2_CHAT),
+    ("chat_special_tight", "<|im_start|>user<|im_end|><|endoftext|>text<|im_start|>"),
+    ("special_like", "<|im_start |> <im_start> <|im_start|x <|fim_prefix |>"),
+    ("fim", "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n    return c<|fim_middle|>"),
+    ("code_newlines", "if x:\n\n\treturn 1;\r\n  \n// done!!\n\n\n}"),
+    ("case_contractions", "I'M SURE HE'S HERE, WE'LL SEE. It'S ok'Ll"),
+]
+
+# Names of the models in the sieve cache that use each extra text list.
+MODEL_TEXTS = {"smollm2": SMOLLM2_TEXTS, "gemma3": GEMMA3_TEXTS,
+               "qwen2.5-coder-0.5b": QWEN2_TEXTS, "qwen2.5-coder-1.5b": QWEN2_TEXTS}
+
+
 def tokenizer_fixture(name: str, model_path: str) -> dict:
     llm = Llama(model_path=model_path, vocab_only=True, verbose=False)
-    texts = list(COMMON_TEXTS) + (SMOLLM2_TEXTS if name == "smollm2" else GEMMA3_TEXTS)
+    texts = list(COMMON_TEXTS) + MODEL_TEXTS[name]
     cases = []
     for label, text in texts:
         for add_bos in (False, True):
@@ -181,6 +212,8 @@ def prompts_for(name: str) -> list[dict]:
     ]
     if name == "smollm2":
         out.append({"label": "chat", "text": corpus.SMOLLM2_CHAT, "parse_special": True})
+    elif name.startswith("qwen2"):
+        out.append({"label": "chat", "text": corpus.QWEN2_CHAT, "parse_special": True})
     else:
         out.append({"label": "chat_turns", "text": corpus.GEMMA3_CHAT, "parse_special": True})
     out.append({"label": "completion_short", "text": corpus.COMPLETION_SHORT, "parse_special": False})
@@ -189,12 +222,19 @@ def prompts_for(name: str) -> list[dict]:
     return out
 
 
-def logits_fixture(name: str, model_path: str, threads: int) -> dict:
+def logits_fixture(name: str, model_path: str, threads: int, yarn: tuple[float, int] | None = None) -> dict:
+    kw = {}
+    if yarn:  # llama.cpp's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N
+        kw = {"rope_scaling_type": llama_cpp.LLAMA_ROPE_SCALING_TYPE_YARN,
+              "rope_freq_scale": 1.0 / yarn[0], "yarn_orig_ctx": yarn[1]}
     llm = Llama(model_path=model_path, logits_all=True, n_ctx=N_CTX, n_threads=threads,
-                n_threads_batch=threads, n_batch=N_BATCH, n_ubatch=N_BATCH, verbose=False)
+                n_threads_batch=threads, n_batch=N_BATCH, n_ubatch=N_BATCH, verbose=False, **kw)
     n_vocab = llm.n_vocab()
     results = []
-    for p in prompts_for(name):
+    prompts = prompts_for(name)
+    if yarn:  # the short prompts only: the scaling is checked, not the long text again
+        prompts = [p for p in prompts if p["label"] != "long_text"]
+    for p in prompts:
         t0 = time.time()
         ids = [int(t) for t in llm.tokenize(p["text"].encode("utf-8"), add_bos=True,
                                              special=p["parse_special"])]
@@ -243,7 +283,9 @@ def logits_fixture(name: str, model_path: str, threads: int) -> dict:
         "llama_cpp_python": llama_cpp.__version__,
         "n_vocab": n_vocab,
         "settings": {"n_ctx": N_CTX, "n_batch": N_BATCH, "n_ubatch": N_BATCH, "n_threads": threads,
-                     "logits_all": True, "topk": TOPK, "n_gen": N_GEN, "logit_decimals": 4},
+                     "logits_all": True, "topk": TOPK, "n_gen": N_GEN, "logit_decimals": 4,
+                     "rope_scaling": ({"type": "yarn", "factor": yarn[0], "original_context": yarn[1]}
+                                      if yarn else None)},
         "notes": (
             "For each prompt: ids fed (tokenize(text, add_bos=True, special=parse_special)), then "
             "top10[i] = the 10 highest (token id, logit) pairs of the logits at position i, i.e. the "
@@ -259,11 +301,14 @@ def logits_fixture(name: str, model_path: str, threads: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--name", required=True, choices=["smollm2", "gemma3"])
+    ap.add_argument("--name", required=True, choices=sorted(MODEL_TEXTS))
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures"))
     ap.add_argument("--what", default="all", choices=["tokenizer", "logits", "all"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--yarn", type=float, default=0.0,
+                    help="logits with YaRN of this factor (file logits_NAME_yarnF.json)")
+    ap.add_argument("--yarn-orig-ctx", type=int, default=32768)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -281,8 +326,10 @@ def main() -> int:
         print(f"wrote {path}: {len(fx['cases'])} cases, roundtrip mismatches: "
               f"{fx['detokenize_roundtrip_mismatch_labels']}", file=sys.stderr)
     if args.what in ("logits", "all"):
-        fx = logits_fixture(args.name, args.model, args.threads)
-        path = os.path.join(args.out, f"logits_{args.name}.json")
+        yarn = (args.yarn, args.yarn_orig_ctx) if args.yarn else None
+        fx = logits_fixture(args.name, args.model, args.threads, yarn)
+        suffix = f"_yarn{args.yarn:g}" if yarn else ""
+        path = os.path.join(args.out, f"logits_{args.name}{suffix}.json")
         with open(path, "w", encoding="utf-8") as f:
             # compact: one prompt's arrays would be huge with indent
             json.dump(fx, f, ensure_ascii=False, separators=(",", ":"))

@@ -308,7 +308,8 @@ class Analyzer : public AttentionObserver {
     for (int32_t h = 0; h < H; ++h) cell.logit_l1[h] = l1_norm(logits_.data() + int64_t{h} * n, n);
 
     std::vector<float> raw(q, q + int64_t{H} * d), rot = raw, fp(d);
-    rotate_to_origin(rot.data(), H, d, hp_.n_rot, hp_.rope_base[il], hp_.rope_mode, p);
+    rotate_to_origin(rot.data(), H, d, hp_.n_rot, hp_.rope_base[il], hp_.rope_mode, p,
+                     hp_.rope_scaling);
     mean_over_heads(rot.data(), H, d, fp.data());
     if (!L.prev_raw.empty()) {
       cell.cos_raw = mean_head_cosine(L.prev_raw.data(), raw.data(), H, d);

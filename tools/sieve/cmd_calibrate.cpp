@@ -316,7 +316,7 @@ void add_sequence(FitGroup& g, const FitCollector& col, const ModelHParams& hp, 
   S.keys.assign(kpost, kpost + int64_t{n} * D);
   std::vector<int32_t> neg(n);
   for (int32_t j = 0; j < n; ++j) neg[j] = -L.kpos[j];
-  rope(S.keys.data(), neg.data(), n, 1, D, hp.n_rot, base, hp.rope_mode);
+  rope(S.keys.data(), neg.data(), n, 1, D, hp.n_rot, base, hp.rope_mode, hp.rope_scaling);
   S.n_q = n_q;
   const int32_t A = static_cast<int32_t>(g.heads.size());
   S.queries.resize(static_cast<size_t>(A) * n_q * D);
@@ -336,7 +336,7 @@ void add_sequence(FitGroup& g, const FitCollector& col, const ModelHParams& hp, 
       float* qpre = S.queries.data() + (int64_t{a} * n_q + i) * D;
       std::copy(qpost, qpost + D, qpre);
       const int32_t np = -col.positions[i];
-      rope(qpre, &np, 1, 1, D, hp.n_rot, base, hp.rope_mode);
+      rope(qpre, &np, 1, 1, D, hp.n_rot, base, hp.rope_mode, hp.rope_scaling);
       float* p = S.target.data() + a * total + off[i];
       const int32_t len = S.q_len[i];
       float m = -INFINITY;

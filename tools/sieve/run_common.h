@@ -15,8 +15,13 @@ namespace sieve::cli {
 
 struct ModelOptions {
   std::string model;   // -m: path or known name ("" = default)
-  int32_t n_ctx = 0;   // -c: 0 = the model's trained context
+  int32_t n_ctx = 0;   // -c: 0 = the model's trained context (stretched by RoPE scaling)
   int32_t threads = 0; // -t: 0 = all hardware threads
+  // RoPE scaling as llama.cpp's flags; unset values keep the GGUF's (rope.scaling.*).
+  std::string rope_scaling;   // --rope-scaling none|linear|yarn
+  float rope_scale = 0;       // --rope-scale N: context extension factor
+  int32_t yarn_orig_ctx = 0;  // --yarn-orig-ctx N: 0 = the file's (or its training context)
+  float yarn_ext_factor = -1, yarn_attn_factor = -1, yarn_beta_fast = -1, yarn_beta_slow = -1;
 };
 
 struct SamplingFlags {
@@ -48,6 +53,11 @@ struct LoadedModel {
 void add_model_flags(CLI::App& app, ModelOptions& o);
 void add_sampling_flags(CLI::App& app, SamplingFlags& s);
 void add_policy_flags(CLI::App& app, PolicyFlags& p);
+
+// Applies the --rope-scaling/--rope-scale/--yarn-* flags to a loaded model (logs the
+// result; a bad combination is a UserError). load_for_run calls it; so must any command that
+// loads the model itself.
+void apply_rope_flags(const ModelOptions& o, Model& m);
 
 // Resolves -m (pulling the default model if absent), loads it, makes the thread pool.
 LoadedModel load_for_run(const ModelOptions& o);

@@ -157,12 +157,16 @@ void rotate_pairs(float* x, int n_heads, int head_dim, int half, RopeMode mode, 
 }  // namespace
 
 void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* pos, int64_t n_tok,
-             int head_dim, int n_rot, float base, RopeMode mode) {
+             int head_dim, int n_rot, float base, RopeMode mode, const RopeScaling& scaling) {
   const int half = n_rot / 2;
-  // inv_freq[i] = base^(-2i/n_rot); the angle is formed in double so that positions in the
-  // hundreds of thousands keep their precision.
+  // inv_freq[i] = base^(-2i/n_rot) (times the scaling's pair factor); the angle is formed in
+  // double so that positions in the hundreds of thousands keep their precision.
   double inv_freq[512];
-  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+  float factor[512];
+  scaling.pair_factors(n_rot, base, factor);
+  for (int i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / n_rot) * factor[i];
+  }
   float cs[512], sn[512];
   for (int64_t t = 0; t < n_tok; ++t) {
     for (int i = 0; i < half; ++i) {
@@ -176,12 +180,25 @@ void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* po
 }
 
 void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
-          float base, RopeMode mode) {
-  rope_qk(x, n_heads, nullptr, 0, pos, n_tok, head_dim, n_rot, base, mode);
+          float base, RopeMode mode, const RopeScaling& scaling) {
+  rope_qk(x, n_heads, nullptr, 0, pos, n_tok, head_dim, n_rot, base, mode, scaling);
 }
 
-RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode)
-    : head_dim_(head_dim), half_(n_rot / 2), base_(base), mode_(mode) {
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* row = x + r * n;
+    for (int64_t c = 0; c < n; ++c) row[c] += bias[c];
+  }
+}
+
+RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode,
+                         const RopeScaling& scaling)
+    : head_dim_(head_dim), half_(n_rot / 2), base_(base), mode_(mode), inv_freq_(n_rot / 2) {
+  std::vector<float> factor(half_);
+  scaling.pair_factors(n_rot, base, factor.data());
+  for (int i = 0; i < half_; ++i) {
+    inv_freq_[i] = std::pow(static_cast<double>(base_), -1.0 * i / half_) * factor[i];
+  }
   lo_cos_.resize(1024 * static_cast<size_t>(half_));
   lo_sin_.resize(lo_cos_.size());
   fill(lo_cos_.data(), lo_sin_.data(), 0, 1024, 1);
@@ -214,7 +231,7 @@ void RopeRotator::reserve(int64_t max_abs) {
 void RopeRotator::fill(float* cs, float* sn, int64_t from, int64_t to, int64_t step) const {
   for (int64_t r = from; r < to; ++r) {
     for (int i = 0; i < half_; ++i) {
-      const double a = static_cast<double>(r * step) * std::pow(static_cast<double>(base_), -1.0 * i / half_);
+      const double a = static_cast<double>(r * step) * inv_freq_[i];
       cs[r * half_ + i] = static_cast<float>(std::cos(a));
       sn[r * half_ + i] = static_cast<float>(std::sin(a));
     }

@@ -13,13 +13,17 @@ namespace sieve {
 void rms_norm(const float* x, const float* w, float eps, int64_t n_rows, int64_t n, float* out);
 
 // Rotates the first n_rot dims of each head of x [n_tok, n_heads, head_dim] by angle
-// pos[t] * base^(-2i/n_rot); NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2).
+// pos[t] * base^(-2i/n_rot) * scaling.pair_factors(i); NORM pairs (2i, 2i+1), NEOX pairs
+// (i, i + n_rot/2). A pure rotation: YaRN's magnitude lives in the model's attn_scale.
 void rope(float* x, const int32_t* pos, int64_t n_tok, int n_heads, int head_dim, int n_rot,
-          float base, RopeMode mode);
+          float base, RopeMode mode, const RopeScaling& scaling = {});
 // rope() of q [n_tok, n_q_heads, head_dim] and k [n_tok, n_k_heads, head_dim] at the same
 // positions, bitwise as two calls; the cos/sin are formed once per token for both.
 void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* pos, int64_t n_tok,
-             int head_dim, int n_rot, float base, RopeMode mode);
+             int head_dim, int n_rot, float base, RopeMode mode, const RopeScaling& scaling = {});
+
+// x[r, :] += bias for n_rows rows of n (the Q/K/V projection biases of qwen2).
+void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n);
 
 // RoPE rotations by arbitrary (also negative) position offsets without trigonometry per
 // call: cos/sin of p * theta_i come from two small tables (p = hi * 1024 + lo, angle
@@ -28,7 +32,7 @@ void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* po
 // to call from many threads once the needed range is reserved.
 class RopeRotator {
  public:
-  RopeRotator(int head_dim, int n_rot, float base, RopeMode mode);
+  RopeRotator(int head_dim, int n_rot, float base, RopeMode mode, const RopeScaling& scaling = {});
   // Makes offsets with |offset| <= max_abs available (not thread-safe; call before rotate).
   void reserve(int64_t max_abs);
   // Rotates n_heads vectors of head_dim by `offset` positions (x at position p moves to p + offset).
@@ -47,6 +51,7 @@ class RopeRotator {
   int head_dim_, half_;
   float base_;
   RopeMode mode_;
+  std::vector<double> inv_freq_;                          // [half] base^(-2i/n_rot) * pair factor
   std::vector<float> lo_cos_, lo_sin_, hi_cos_, hi_sin_;  // [1024 | n_hi, half]
   // Norm mode, offsets < kNear, in the lanes of the pairs: (c_i, c_i) and (-s_i, s_i), so that
   // rotate_near is x * cos + pair_swap(x) * sin. [kNear, 2 * half]

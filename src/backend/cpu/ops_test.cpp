@@ -120,3 +120,120 @@ TEST(RmsNorm, MatchesDoubleReference) {
 
 }  // namespace
 }  // namespace sieve
+
+namespace sieve {
+namespace {
+
+// YaRN as llama.cpp defines it (ggml's rope_yarn / ggml_rope_yarn_corr_dims), written out
+// per pair in double: theta_extrap = p * base^(-2i/n), theta_interp = theta_extrap / factor,
+// mixed by ramp(i) * ext_factor; a pure rotation (the magnitude is the model's attn_scale).
+void yarn_reference(double* x, int32_t p, int d, int n_rot, double base, RopeMode mode,
+                    double factor, int n_ctx_orig, double ext_factor, double beta_fast,
+                    double beta_slow) {
+  auto corr = [&](double beta) {
+    return n_rot * std::log(n_ctx_orig / (beta * 2 * 3.14159265358979323846)) /
+           (2 * std::log(base));
+  };
+  const double lo = std::max(0.0, std::floor(corr(beta_fast)));
+  const double hi = std::min(static_cast<double>(n_rot - 1), std::ceil(corr(beta_slow)));
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; ++i) {
+    const double extrap = p * std::pow(base, -2.0 * i / n_rot);
+    const double interp = extrap / factor;
+    const double y = (i - lo) / std::max(0.001, hi - lo);
+    const double mix = (1 - std::min(1.0, std::max(0.0, y))) * ext_factor;
+    const double theta = interp * (1 - mix) + extrap * mix;
+    const int a = mode == RopeMode::norm ? 2 * i : i;
+    const int b = mode == RopeMode::norm ? 2 * i + 1 : i + half;
+    const double x0 = x[a], x1 = x[b];
+    x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+    x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+  }
+  (void)d;
+}
+
+// Qwen2.5's YaRN (factor 4 from 32768, theta 1e6, beta 32/1): pairs 0..11 keep their
+// frequency, 20.. are interpolated by 1/4, the ramp between is linear.
+TEST(RopeScaling, QwenYarnPairFactorsAndMscale) {
+  RopeScaling s;
+  s.type = RopeScalingType::yarn;
+  s.factor = 4.0f;
+  s.n_ctx_orig = 32768;
+  s.ext_factor = 1.0f;
+  float lohi[2];
+  s.corr_dims(64, 1e6f, lohi);
+  EXPECT_EQ(lohi[0], 11.0f);
+  EXPECT_EQ(lohi[1], 20.0f);
+  float f[32];
+  s.pair_factors(64, 1e6f, f);
+  for (int i = 0; i <= 11; ++i) EXPECT_FLOAT_EQ(f[i], 1.0f) << i;
+  for (int i = 20; i < 32; ++i) EXPECT_FLOAT_EQ(f[i], 0.25f) << i;
+  EXPECT_NEAR(f[15], 0.25 * (4.0 / 9.0) + 5.0 / 9.0, 1e-6);
+  EXPECT_NEAR(s.mscale(), 1.0 + 0.1 * std::log(4.0), 1e-6);
+  s.ext_factor = 0.0f;  // linear: every pair interpolated, no magnitude
+  s.pair_factors(64, 1e6f, f);
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(f[i], 0.25f) << i;
+  EXPECT_EQ(s.mscale(), 1.0f);
+  EXPECT_EQ(RopeScaling{}.mscale(), 1.0f);
+  EXPECT_FALSE(RopeScaling{}.active());
+}
+
+TEST(RopeScaling, YarnRopeMatchesScalarReference) {
+  const int heads = 2;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  struct Case {
+    int d, n_rot;
+    float base, factor;
+    int orig;
+    float ext, beta_fast, beta_slow;
+  };
+  const Case cases[] = {{64, 64, 1e6f, 4.0f, 32768, 1.0f, 32.0f, 1.0f},
+                        {128, 128, 1e6f, 4.0f, 32768, 1.0f, 32.0f, 1.0f},
+                        {128, 96, 1e4f, 8.0f, 4096, 0.5f, 16.0f, 2.0f},
+                        {64, 64, 1e6f, 4.0f, 32768, 0.0f, 32.0f, 1.0f}};
+  for (const Case& c : cases) {
+    RopeScaling s;
+    s.type = RopeScalingType::yarn;
+    s.factor = c.factor;
+    s.n_ctx_orig = c.orig;
+    s.ext_factor = c.ext;
+    s.beta_fast = c.beta_fast;
+    s.beta_slow = c.beta_slow;
+    for (RopeMode mode : {RopeMode::norm, RopeMode::neox}) {
+      for (int32_t p : {0, 1, 77, 32767, 70000, 131071}) {
+        std::vector<float> x(heads * c.d);
+        for (float& v : x) v = nd(rng);
+        std::vector<double> want(x.begin(), x.end());
+        for (int h = 0; h < heads; ++h) {
+          yarn_reference(want.data() + h * c.d, p, c.d, c.n_rot, c.base, mode, c.factor, c.orig,
+                         c.ext, c.beta_fast, c.beta_slow);
+        }
+        rope(x.data(), &p, 1, heads, c.d, c.n_rot, c.base, mode, s);
+        for (int i = 0; i < heads * c.d; ++i) {
+          ASSERT_NEAR(x[i], want[i], 2e-4) << "d " << c.d << " pos " << p << " i " << i;
+        }
+        // The rotator (compact positions) turns by the same scaled frequencies.
+        RopeRotator rot(c.d, c.n_rot, c.base, mode, s);
+        rot.reserve(200000);
+        std::vector<float> y(heads * c.d);
+        for (float& v : y) v = nd(rng);
+        std::vector<float> z = y;
+        rot.rotate(y.data(), heads, p);
+        rope(z.data(), &p, 1, heads, c.d, c.n_rot, c.base, mode, s);
+        for (int i = 0; i < heads * c.d; ++i)
+          ASSERT_NEAR(y[i], z[i], 2e-4) << "rotator pos " << p << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(AddBias, AddsTheVectorToEveryRow) {
+  std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  const float b[3] = {0.5f, -1.0f, 2.0f};
+  add_bias(x.data(), b, 2, 3);
+  EXPECT_EQ(x, (std::vector<float>{1.5f, 1.0f, 5.0f, 4.5f, 4.0f, 8.0f}));
+}
+
+}  // namespace
+}  // namespace sieve

@@ -36,9 +36,7 @@ Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
   hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0;
   hp.layer_kind.assign(hp.n_layer > 0 ? hp.n_layer : 0, LayerKind::full);
   hp.rope_base.assign(hp.layer_kind.size(), base);
-  if (auto scaling = f.get_string(a + "rope.scaling.type"); scaling && *scaling != "none") {
-    return make_error("model: llama rope scaling '{}' is not supported yet", *scaling);
-  }
+  SIEVE_TRY(read_rope_scaling(f, a, hp));
 
   SIEVE_TRY(bind_embeddings_and_validate(f, a, hp, w));
 

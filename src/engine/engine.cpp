@@ -8,6 +8,7 @@ namespace sieve {
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& cfg) {
   auto m = load_model(cfg.model_path);
   if (!m) return m.error();
+  if (cfg.prepare_model) SIEVE_TRY(cfg.prepare_model(**m));
   return create(std::shared_ptr<const Model>(std::move(m.value())), cfg);
 }
 
@@ -17,7 +18,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   e->cfg_ = cfg;
   e->model_ = std::move(model);
   const ModelHParams& hp = e->model_->hp;
-  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = hp.n_ctx_train;
+  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = hp.n_ctx_max();
   if (e->cfg_.max_running <= 0) return make_error("max_running must be positive");
   if (e->cfg_.page_size <= 0 || e->cfg_.page_size > 4096)
     return make_error("page size must be in [1, 4096]");

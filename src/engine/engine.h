@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,6 +37,9 @@ struct EngineConfig {
   // runner that holds the K/V rows itself sizes the store from its memory when
   // kv_budget_bytes is 0.
   RunnerFactory runner_factory;
+  // Runs on the model right after create() loads it from model_path (the CLI's RoPE scaling
+  // flags); an error fails create().
+  std::function<Status(Model&)> prepare_model;
 };
 
 class Engine {

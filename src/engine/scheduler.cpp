@@ -59,7 +59,7 @@ Scheduler::Scheduler(const Model& model, ModelRunner& runner, KvStore& kv, const
 }
 
 void Scheduler::normalize_config() {
-  if (cfg_.n_ctx <= 0) cfg_.n_ctx = model_.hp.n_ctx_train;
+  if (cfg_.n_ctx <= 0) cfg_.n_ctx = model_.hp.n_ctx_max();
   cfg_.max_batch_tokens = std::max(1, cfg_.max_batch_tokens);
   cfg_.prefill_chunk = std::max(1, std::min(cfg_.prefill_chunk, cfg_.max_batch_tokens));
   cfg_.max_running = std::max(1, cfg_.max_running);

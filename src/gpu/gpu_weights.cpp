@@ -106,6 +106,13 @@ Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
     SIEVE_TRY(upload_group(mem, {&L.wo}, G.wo, g.quant_bytes, "attention output"));
     SIEVE_TRY(upload_group(mem, {&L.w_gate, &L.w_up}, G.gu, g.quant_bytes, "ffn gate/up"));
     SIEVE_TRY(upload_group(mem, {&L.w_down}, G.down, g.quant_bytes, "ffn down"));
+    if (L.bq || L.bk || L.bv) {  // qwen2: one bias vector over the stacked Q/K/V rows
+      std::vector<float> b(static_cast<size_t>(hp.q_dim() + 2 * hp.kv_dim()), 0.0f);
+      if (L.bq) std::copy(L.bq, L.bq + hp.q_dim(), b.begin());
+      if (L.bk) std::copy(L.bk, L.bk + hp.kv_dim(), b.begin() + hp.q_dim());
+      if (L.bv) std::copy(L.bv, L.bv + hp.kv_dim(), b.begin() + hp.q_dim() + hp.kv_dim());
+      SIEVE_TRY(upload_vec(mem, G.bqkv, b.data(), static_cast<int64_t>(b.size()), "attention biases"));
+    }
     struct V {
       float** dst;
       const float* src;

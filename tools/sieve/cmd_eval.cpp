@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 struct EvalOptions {
+  ModelOptions rope;  // --rope-scaling / --rope-scale / --yarn-* for every model of the run
   std::vector<std::string> models;
   int32_t threads = 0;
   std::string backend = "cpu";
@@ -297,10 +298,11 @@ int run(EvalOptions& o) {
     const std::string path = resolve_model(m, m.empty() || find_known_model(m));
     auto model = load_model(path);
     if (!model) throw UserError(model.message());
+    apply_rope_flags(o.rope, **model);
     const Model& mdl = **model;
-    if (max_len > mdl.hp.n_ctx_train) {
-      log_warn("{}: context {} is beyond the {} tokens the model was trained with", path, max_len,
-               mdl.hp.n_ctx_train);
+    if (max_len > mdl.hp.n_ctx_max()) {
+      log_warn("{}: context {} is beyond the {} tokens the model handles (see --rope-scaling yarn)", path, max_len,
+               mdl.hp.n_ctx_max());
     }
     const eval::PromptEncoder enc(*mdl.tokenizer,
                                   o.chat ? eval::PromptFormat::chat : eval::PromptFormat::raw);
@@ -428,6 +430,7 @@ std::function<int()> setup(CLI::App& app) {
                  "output directory (samples.jsonl, summary.json/.md, report.html)")
       ->capture_default_str();
   app.add_flag("--json", o->json, "print the summary object(s) on stdout");
+  add_rope_flags(app, o->rope);
   add_backend_flag(app, o->backend);
   app.add_option(
       "--server", o->server,

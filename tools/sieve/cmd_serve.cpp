@@ -60,6 +60,14 @@ int serve(CLI::App& app, const ServeOptions& o) {
   cfg.engine.kv_budget_bytes = o.kv_mib << 20;
   cfg.engine.prefix_cache = !o.no_prefix_cache;
   cfg.engine.runner_factory = runner_factory_for(o.backend, o.gpu_mem_fraction);
+  cfg.engine.prepare_model = [mo = o.model](Model& m) -> Status {
+    try {
+      apply_rope_flags(mo, m);  // --rope-scaling / --rope-scale / --yarn-* as `sieve run` takes them
+    } catch (const UserError& e) {
+      return make_error("{}", e.what());
+    }
+    return {};
+  };
   cfg.max_concurrent = o.max_concurrent;
   cfg.max_tokens = o.max_tokens;
   cfg.http.max_body_bytes = o.max_body_bytes;

@@ -27,6 +27,10 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (default: the model's)")
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("-t,--threads", o.threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
+  add_rope_flags(app, o);
+}
+
+void add_rope_flags(CLI::App& app, ModelOptions& o) {
   app.add_option("--rope-scaling", o.rope_scaling,
                  "RoPE scaling: none, linear or yarn (default: the model's rope.scaling.type)")
       ->check(CLI::IsMember({"none", "linear", "yarn"}));

@@ -51,6 +51,8 @@ struct LoadedModel {
 };
 
 void add_model_flags(CLI::App& app, ModelOptions& o);
+// The RoPE scaling flags alone (commands that take their models another way: eval).
+void add_rope_flags(CLI::App& app, ModelOptions& o);
 void add_sampling_flags(CLI::App& app, SamplingFlags& s);
 void add_policy_flags(CLI::App& app, PolicyFlags& p);
 

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh release
+SIEVE_CMAKE_ARGS=-DSIEVE_WERROR=ON scripts/build.sh release  # warnings fail CI
 ./build/tools/sieve/sieve pull smollm2 --quiet-progress >/dev/null
 ./build/tools/sieve/sieve pull gemma3-270m --quiet-progress >/dev/null
 ./build/tools/sieve/sieve pull qwen2.5-coder-0.5b --quiet-progress >/dev/null

@@ -74,7 +74,9 @@ void check_golden(const std::string& model_name, const std::string& fixture,
   ASSERT_FALSE(fx.is_null()) << "fixture tests/fixtures/" << fixture << " missing";
   auto m = load_model(path);
   ASSERT_TRUE(m.ok()) << m.message();
-  if (scaling) ASSERT_TRUE(set_rope_scaling((*m)->hp, *scaling).ok());
+  if (scaling) {
+    ASSERT_TRUE(set_rope_scaling((*m)->hp, *scaling).ok());
+  }
   const Model& model = **m;
   ThreadPool pool(2);
   Generator gen(model, pool, 4096);

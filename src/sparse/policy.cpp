@@ -145,7 +145,10 @@ Status parse_layer_list(std::string_view key, std::string_view value, std::vecto
 std::string layer_list_text(const std::vector<int32_t>& layers) {
   if (layers.empty()) return "auto";
   std::string s;
-  for (int32_t l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+  for (int32_t l : layers) {  // appended in two steps: GCC 12's -Wrestrict misfires on "," + to_string
+    if (!s.empty()) s += ',';
+    s += std::to_string(l);
+  }
   return s;
 }
 
@@ -506,7 +509,8 @@ std::string json_scalar_text(const nlohmann::json& v) {
     std::string s;
     for (const auto& e : v) {
       if (!e.is_number_integer()) return "\x01";
-      s += (s.empty() ? "" : ",") + std::to_string(e.get<int64_t>());
+      if (!s.empty()) s += ',';
+      s += std::to_string(e.get<int64_t>());
     }
     return s;
   }

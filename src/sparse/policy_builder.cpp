@@ -19,7 +19,8 @@ bool knob_text(const nlohmann::json& v, std::string& out) {
     out.clear();
     for (const auto& e : v) {
       if (!e.is_number_integer()) return false;
-      out += (out.empty() ? "" : ",") + std::to_string(e.get<int64_t>());
+      if (!out.empty()) out += ',';
+      out += std::to_string(e.get<int64_t>());
     }
   } else {
     return false;

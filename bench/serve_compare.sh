@@ -12,6 +12,8 @@
 #   MODEL         GGUF file                                   [sieve's smollm2]
 #   THREADS [2]  CLIENTS [1,4,8]  PROMPTS [1024,4096]  MAX_TOKENS [64]  ROUNDS [1]
 #   SIEVE_ARGS    extra `sieve serve` flags for SIEVE only (e.g. --max-step-ms 0)
+#   SERVERS       which to run now [sieve sieve_base llama_server]; the table takes every
+#                 <server>.json in OUT, so servers may be run at different times
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,6 +28,7 @@ PROMPTS="${PROMPTS:-1024,4096}"
 MAX_TOKENS="${MAX_TOKENS:-64}"
 ROUNDS="${ROUNDS:-1}"
 SIEVE_ARGS="${SIEVE_ARGS:-}"
+SERVERS="${SERVERS:-sieve sieve_base llama_server}"
 PORT=18147
 mkdir -p "$OUT"
 
@@ -66,14 +69,19 @@ load() {  # name, then the server command
   stop_server
 }
 
-date -u +"%Y-%m-%dT%H:%M:%SZ" >"$OUT/date"
-{ uname -m; nproc; grep -m1 'model name' /proc/cpuinfo || true; uptime; } >"$OUT/machine"
-# shellcheck disable=SC2086
-load sieve "$SIEVE" serve -m "$MODEL" -t "$THREADS" -c "$CTX" --max-running "$max_clients" --port "$PORT" $SIEVE_ARGS
-if [ -n "$SIEVE_BASE" ]; then
+echo "$(date -u +"%Y-%m-%dT%H:%M:%SZ") start: $SERVERS" >>"$OUT/date"
+{ uname -m; nproc; grep -m1 "model name" /proc/cpuinfo || true; uptime; } >>"$OUT/machine"
+want() { [[ " $SERVERS " == *" $1 "* ]]; }
+if want sieve; then
+  # shellcheck disable=SC2086
+  load sieve "$SIEVE" serve -m "$MODEL" -t "$THREADS" -c "$CTX" --max-running "$max_clients" --port "$PORT" $SIEVE_ARGS
+fi
+if want sieve_base && [ -n "$SIEVE_BASE" ]; then
   load sieve_base "$SIEVE_BASE" serve -m "$MODEL" -t "$THREADS" -c "$CTX" --max-running "$max_clients" --port "$PORT"
 fi
-if [ -x "$LLAMA_SERVER" ]; then
+if ! want llama_server; then
+  :
+elif [ -x "$LLAMA_SERVER" ]; then
   # -c is the total over the slots in llama-server: one slot of CTX tokens per client.
   load llama_server "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -c $((CTX * max_clients)) \
     -np "$max_clients" --port "$PORT"

@@ -210,22 +210,34 @@ std::vector<int32_t> plan_prefill_chunks(const StepCostModel& cost, const Planne
     return chunk;
   }
   const double budget = cfg.max_step_ms;
-  // Pass 1: a minimum chunk to each prompt in order while the step stays under the budget
-  // (the first prompt gets it regardless).
-  bool first = true;
+  // Pass 1: a minimum chunk to the first prompt (regardless of the budget: prefill never
+  // starves), then to each prompt with fewer tokens left than the first while the step stays
+  // under the budget: a short prompt behind a long one starts within a few steps, while
+  // prompts of equal length stay first come, first served (sharing each step among them would
+  // delay every one of them, and the median time to first token with them).
+  size_t head = prefills.size();
   for (size_t i = 0; i < prefills.size() && tokens_left > 0; ++i) {
     if (prefills[i].fixed > 0 || prefills[i].pending <= 0) continue;
+    const bool first = head == prefills.size();
+    if (!first && prefills[i].pending >= prefills[head].pending) continue;
     const int32_t n = static_cast<int32_t>(std::min<int64_t>({cap(i), cfg.min_chunk, tokens_left}));
     StepShape with = shape;
     with.add_prefill(n, prefills[i].depth);
     if (!first && cost.predict_ms(with) > budget) break;
-    first = false;
+    if (first) head = i;
     shape = with;
     chunk[i] = n;
     tokens_left -= n;
   }
-  // Pass 2: grow the chunks in order, each to the largest size the predicted time allows.
-  for (size_t i = 0; i < prefills.size() && tokens_left > 0; ++i) {
+  // Pass 2: grow the chunks, the prompts shorter than the first one first, then the rest in
+  // order, each to the largest size the predicted time allows.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < prefills.size(); ++i)
+    if (chunk[i] > 0 && i != head) order.push_back(i);
+  for (size_t i = 0; i < prefills.size(); ++i)
+    if (chunk[i] == 0 || i == head) order.push_back(i);
+  for (size_t i : order) {
+    if (tokens_left <= 0) break;
     if (prefills[i].fixed > 0 || prefills[i].pending <= 0) continue;
     const int32_t have = chunk[i];
     const int64_t hi_limit = std::min<int64_t>(cap(i), have + tokens_left);

@@ -102,10 +102,11 @@ double auto_step_budget(const StepCostModel& cost, const PlannerConfig& cfg,
 // Chunk sizes for `prefills` (in fairness order: priority, then arrival) in a step that
 // already carries `decodes` (one token each): 0 = no chunk this step.
 // Without a time budget: the token budget in order (today's first-come-first-served fill).
-// With one: first a min_chunk to each prompt in order while the step stays under the budget
-// (the first always gets one, so prefill is never starved and a short prompt behind a long one
-// starts within a few steps); then the rest of the budget in order, each chunk as large as the
-// predicted step time allows.
+// With one: a min_chunk to the first prompt, always (prefill never starves), and to each prompt
+// with fewer tokens left than the first while the step stays under the budget; then the
+// budget is filled, those shorter prompts first, then the first and the rest in order, each
+// chunk as large as the predicted step time allows. Prompts of equal length are served first
+// come, first served; a short prompt behind a long one starts within a few steps.
 std::vector<int32_t> plan_prefill_chunks(const StepCostModel& cost, const PlannerConfig& cfg,
                                          const StepShape& decodes,
                                          std::span<const PrefillSlot> prefills);

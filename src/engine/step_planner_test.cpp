@@ -84,10 +84,14 @@ TEST(StepPlanner, FirstPromptNeverStarvesAndEachGetsAMinimumWhileItFits) {
   cfg.max_step_ms = 100;
   const std::vector<PrefillSlot> long_short = {{4000, 0, 0}, {12, 0, 0}};
   EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, long_short), std::vector<int32_t>({70, 12}));
-  // Three prompts and room for two minimums: in order.
+  // Prompts of equal length are first come, first served: the first takes the whole budget
+  // rather than sharing it (which would delay all of them).
   cfg.max_step_ms = 18 + 32 + 5;
   const std::vector<PrefillSlot> three = {{100, 0, 0}, {100, 0, 0}, {100, 0, 0}};
-  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, three), std::vector<int32_t>({21, 16, 0}));
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, three), std::vector<int32_t>({37, 0, 0}));
+  // Shorter ones behind the first get a minimum each and fill the budget before it.
+  const std::vector<PrefillSlot> mixed = {{100, 0, 0}, {30, 0, 0}, {100, 0, 0}, {20, 0, 0}};
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, mixed), std::vector<int32_t>({16, 21, 0, 0}));
 }
 
 TEST(StepPlanner, WithoutABudgetTheTokenBudgetFillsInOrder) {

@@ -325,7 +325,7 @@ TEST(Scheduler, RunningStreamGetsATokenEveryStepWhileALongPromptIsAdmitted) {
   sc.n_ctx = 1024;
   sc.max_batch_tokens = 512;
   sc.prefill_chunk = 512;
-  sc.max_step_ms = -1;  // auto: 2.5x the step's decodes alone
+  sc.max_step_ms = -1;  // auto: the shortest step within 90% of full-chunk prefill throughput
   KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 1024, 2, 16, 0, 512), false);
   Scheduler s(*m, pool, kv, sc);
   RequestParams stream;

@@ -65,6 +65,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   sc.max_batch_tokens = e->cfg_.max_batch_tokens;
   sc.prefill_chunk = e->cfg_.max_batch_tokens;
   sc.max_running = e->cfg_.max_running;
+  sc.max_step_ms = e->cfg_.max_step_ms;
   sc.n_ctx = e->cfg_.n_ctx;
   sc.default_policy = e->cfg_.default_policy;
   sc.layout = layout;

@@ -25,6 +25,7 @@ struct EngineConfig {
   int32_t n_ctx = 0;               // per-request context; 0: the model's trained context
   int32_t max_running = 8;         // sequences decoded together
   int32_t max_batch_tokens = 512;  // tokens per step
+  double max_step_ms = -1;  // step time budget (SchedulerConfig::max_step_ms): -1 auto, 0 off
   int32_t page_size = 16;
   int64_t kv_budget_bytes = 0;  // 0: room for max_running sequences of n_ctx tokens
   bool prefix_cache = true;

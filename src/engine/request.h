@@ -26,6 +26,7 @@ struct RequestParams {
   bool logprobs = false;           // log-probability of each generated token
   int32_t n_logprobs = 0;          // and of the top n alternatives (0: none)
   PolicyPtr policy;                // sparse attention policy; nullptr: the engine's default
+  int32_t priority = 0;            // lower runs first (admission, prefill order); ties: arrival
 };
 
 struct TokenLogprob {
@@ -48,6 +49,7 @@ struct RequestEvent {
   int32_t cached_tokens = 0;       // prompt tokens served by the prefix cache
   int32_t completion_tokens = 0;
   double ttft_ms = 0;              // submit -> first token
+  double queue_ms = 0;             // submit -> first admission (KV reserved, prefill may start)
   int32_t n_preempted = 0;
   std::string policy;              // the policy that ran (PolicyConfig::describe())
   SparseStats sparse;

@@ -39,7 +39,27 @@ struct Scheduler::Req {
   int64_t kv_bytes = 0;         // KV held at the last step
   std::chrono::steady_clock::time_point t_submit;
   double ttft_ms = 0;
+  double queue_ms = 0;   // submit -> first admission
+  uint64_t arrival = 0;  // submit order: the tie-break after priority
 };
+
+namespace {
+
+// The one order of the scheduler: priority (lower first), then arrival.
+template <class R>
+bool runs_before(const R& a, const R& b) {
+  return a.p.priority != b.p.priority ? a.p.priority < b.p.priority : a.arrival < b.arrival;
+}
+
+}  // namespace
+
+void StepTimeBuckets::observe(double ms) {
+  size_t i = 0;
+  while (i < kUpperMs.size() && ms > kUpperMs[i]) ++i;
+  count[i]++;
+  sum_ms += ms;
+  n++;
+}
 
 Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const SchedulerConfig& cfg,
                      const SketchProjection* sketch)
@@ -80,6 +100,7 @@ Status Scheduler::check_policy(const PolicyConfig& p) const {
 RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId id) {
   auto r = std::make_unique<Req>();
   r->id = id ? id : next_id_++;
+  r->arrival = next_arrival_++;
   r->t_submit = std::chrono::steady_clock::now();
   r->cb = std::move(cb);
   r->n_prompt = static_cast<int32_t>(params.prompt.size());
@@ -112,7 +133,7 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
     return id;
   }
   r->sampler = std::make_unique<Sampler>(r->p.sampling);
-  waiting_.push_back(std::move(r));
+  enqueue_waiting(std::move(r));
   stats_.waiting = static_cast<int32_t>(waiting_.size());
   return id;
 }
@@ -144,6 +165,7 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.cached_tokens = r.cached_tokens;
   ev.completion_tokens = r.n_generated;
   ev.ttft_ms = r.ttft_ms;
+  ev.queue_ms = r.queue_ms;
   ev.n_preempted = r.n_preempted;
   ev.policy = r.policy.describe();
   if (r.sparse) ev.sparse = r.sparse->stats;
@@ -160,6 +182,28 @@ void Scheduler::preempt(Req& r) {
   log_debug("scheduler: preempted request {} ({} tokens to recompute)", r.id, r.tokens.size());
 }
 
+void Scheduler::enqueue_waiting(std::unique_ptr<Req> r) {
+  auto at = std::upper_bound(waiting_.begin(), waiting_.end(), r,
+                             [](const auto& a, const auto& b) { return runs_before(*a, *b); });
+  waiting_.insert(at, std::move(r));
+}
+
+void Scheduler::order_running() {
+  std::stable_sort(running_.begin(), running_.end(),
+                   [](const auto& a, const auto& b) { return runs_before(*a, *b); });
+}
+
+// Priority preemption at admission: `r` (waiting) takes the place of the last running request
+// when that one's priority is strictly worse. Equal priorities never preempt each other here
+// (first come, first served), so two requests cannot evict each other in turn.
+bool Scheduler::preempt_for(const Req& r) {
+  if (running_.empty() || running_.back()->p.priority <= r.p.priority) return false;
+  preempt(*running_.back());
+  enqueue_waiting(std::move(running_.back()));
+  running_.pop_back();
+  return true;
+}
+
 void Scheduler::reap() {
   auto drop_cancelled = [&](auto& list) {
     for (auto& r : list) {
@@ -173,8 +217,12 @@ void Scheduler::reap() {
 }
 
 void Scheduler::admit() {
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_running) {
+  while (!waiting_.empty()) {
     Req& r = *waiting_.front();
+    if (static_cast<int32_t>(running_.size()) >= cfg_.max_running) {
+      if (preempt_for(r)) continue;
+      break;
+    }
     auto added = kv_.add_sequence(r.tokens, policy_cache_salt(r.policy));
     if (!added) {
       finish(r, FinishReason::error, added.message());
@@ -196,7 +244,8 @@ void Scheduler::admit() {
         waiting_.pop_front();
         continue;
       }
-      break;  // FIFO: later requests wait behind this one (no starvation)
+      if (preempt_for(r)) continue;
+      break;  // in order: later requests wait behind this one (no starvation)
     }
     r.seq = added->seq;
     r.has_seq = true;
@@ -207,6 +256,9 @@ void Scheduler::admit() {
       r.sparse->prompt_tokens = r.n_prompt;
     }
     if (!r.admitted_once) {
+      r.queue_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.t_submit)
+              .count();
       r.cached_tokens = have;
       stats_.cached_tokens += have;
       stats_.prompt_tokens += r.n_prompt;
@@ -215,6 +267,7 @@ void Scheduler::admit() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  order_running();
 }
 
 void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
@@ -298,30 +351,48 @@ bool Scheduler::step() {
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (running_.empty()) return true;
 
-  // Plan the step: decodes first (one token each), then prefill chunks, oldest first.
+  // Plan the step: every decode first (one token each), then prefill chunks in (priority,
+  // arrival) order, sized to the step's budget (step_planner.h).
   struct Item {
     Req* r;
     int32_t begin, n;
   };
   std::vector<Item> items;
-  int32_t budget = cfg_.max_batch_tokens;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& rp : running_) {
-      Req& r = *rp;
-      const int32_t have = kv_.n_tokens(r.seq);
-      const int32_t pending = static_cast<int32_t>(r.tokens.size()) - have;
-      if (pending <= 0 || budget <= 0) continue;
-      if ((pass == 0) != (pending == 1)) continue;
-      int32_t n = std::min({pending, budget, cfg_.prefill_chunk});
-      // A UniPrefill prompt goes in one chunk of up to up_chunk tokens (its importance comes
-      // from the prompt's last tokens): it may overrun this step's token budget, and the
-      // decodes planned before it still ride along.
-      if (pass == 1 && r.sparse && r.sparse->policy().drops_prefill()) {
-        n = std::min(pending, prefill_chunk_for(r.sparse->policy(), r.n_prompt, cfg_.prefill_chunk));
-      }
-      items.push_back({&r, have, n});
-      budget -= n;
+  StepShape decodes;
+  std::vector<PrefillSlot> slots;
+  std::vector<Req*> slot_req;
+  for (auto& rp : running_) {
+    Req& r = *rp;
+    const int32_t have = kv_.n_tokens(r.seq);
+    const int32_t pending = static_cast<int32_t>(r.tokens.size()) - have;
+    if (pending <= 0) continue;
+    if (pending == 1) {
+      if (static_cast<int32_t>(items.size()) >= cfg_.max_batch_tokens) continue;
+      items.push_back({&r, have, 1});
+      decodes.add_decode(have);
+      continue;
     }
+    PrefillSlot slot{pending, have, 0};
+    // A UniPrefill prompt goes in one chunk of up to up_chunk tokens (its importance comes
+    // from the prompt's last tokens): it may overrun this step's budgets, and the decodes
+    // planned before it still ride along.
+    if (r.sparse && r.sparse->policy().drops_prefill())
+      slot.fixed = prefill_chunk_for(r.sparse->policy(), r.n_prompt, cfg_.prefill_chunk);
+    slots.push_back(slot);
+    slot_req.push_back(&r);
+  }
+  PlannerConfig pc;
+  pc.max_batch_tokens = cfg_.max_batch_tokens;
+  pc.max_chunk = cfg_.prefill_chunk;
+  pc.min_chunk = cfg_.min_prefill_chunk;
+  // No decode in the step: nobody waits on it, so prefill takes the token budget.
+  if (decodes.decode_tokens > 0) {
+    pc.max_step_ms =
+        cfg_.max_step_ms >= 0 ? cfg_.max_step_ms : auto_step_budget(cost_, pc, decodes, slots);
+  }
+  const std::vector<int32_t> chunks = plan_prefill_chunks(cost_, pc, decodes, slots);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (chunks[i] > 0) items.push_back({slot_req[i], slots[i].depth, chunks[i]});
   }
   // Reserve all-or-nothing; on no room, preempt the newest running request and retry.
   for (;;) {
@@ -348,10 +419,18 @@ bool Scheduler::step() {
     }
     preempt(*victim);
     std::erase_if(items, [&](const Item& it) { return it.r == victim; });
-    waiting_.push_front(std::move(running_.back()));
+    enqueue_waiting(std::move(running_.back()));
     running_.pop_back();
   }
 
+  StepShape shape;  // what runs, after any preemption
+  for (const Item& it : items) {
+    if (it.n == 1)
+      shape.add_decode(it.begin);
+    else
+      shape.add_prefill(it.n, it.begin);
+  }
+  const auto t_step = std::chrono::steady_clock::now();
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
     batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false,
@@ -383,6 +462,19 @@ bool Scheduler::step() {
     stats_.generated_tokens++;
     emit_token(r, tok, row);
   }
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_step).count();
+  log_debug(
+      "scheduler: step {}: {} decodes, {} prefill tokens, {} keys; predicted {:.1f} ms (budget "
+      "{:.1f}), took {:.1f}",
+      stats_.steps, shape.decode_tokens, shape.prefill_tokens, shape.kv_reads,
+      cost_.predict_ms(shape), pc.max_step_ms, step_ms);
+  cost_.observe(shape, step_ms);
+  stats_.last_step_ms = step_ms;
+  stats_.last_step_prefill_tokens = static_cast<int32_t>(shape.prefill_tokens);
+  stats_.step_budget_ms = pc.max_step_ms;
+  stats_.step_ms.observe(step_ms);
+  stats_.cost_coef = cost_.per_unit();
   std::erase_if(running_, [](const auto& r) { return r->done; });
   stats_.running = static_cast<int32_t>(running_.size());
   stats_.waiting = static_cast<int32_t>(waiting_.size());

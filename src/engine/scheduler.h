@@ -1,11 +1,16 @@
-// Continuous batching: every step takes a token budget, gives each running decode one token,
-// fills the rest with prefill chunks (running prompts first, then admitted ones, FIFO), and
-// reserves the step's KV all-or-nothing. When pages run out, the newest running request is
-// preempted (its KV freed, recomputed later from prompt + generated tokens) - never a crash,
-// never a lost request. Cancellation frees a request's pages at the next step boundary.
+// Continuous batching: every step gives each running decode one token, then fills the step's
+// budget with prefill chunks (step_planner.h): with --max-step-ms the budget is time, predicted
+// by a cost model refitted from every measured step, so a running stream waits for at most one
+// bounded step; without it, a token count. Order everywhere is (priority, arrival): admission,
+// prefill chunks, and preemption, which takes the last (worst priority, newest) running request
+// (its KV freed, recomputed later from prompt + generated tokens, nothing lost); a waiting
+// request of better priority preempts a worse running one to get in. The step's KV is reserved
+// all-or-nothing - never a crash, never a lost request. Cancellation frees a request's pages at
+// the next step boundary.
 // Single-threaded: Engine (engine.h) owns it on its thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -16,6 +21,7 @@
 #include "engine/forward.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
+#include "engine/step_planner.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
 
@@ -28,6 +34,20 @@ struct SchedulerConfig {
   int32_t n_ctx = 0;               // per-request context limit (prompt + generated)
   PolicyPtr default_policy;        // for requests without one; nullptr: auto
   std::vector<KvCapacity> layout;  // the store's per-layer capacity (empty: the model's own)
+  // Step time budget in ms: > 0 fixed; 0 off (token budget only); < 0 auto: the shortest step
+  // that keeps prefill throughput within 90% of full-size chunks (auto_step_budget()).
+  double max_step_ms = 0;
+  int32_t min_prefill_chunk = 16;  // the first waiting prompt gets at least this every step
+};
+
+// Step durations for the /metrics histogram, cumulated by the scheduler.
+struct StepTimeBuckets {
+  static constexpr std::array<double, 12> kUpperMs = {5,   10,  25,  50,   75,   100,
+                                                      150, 250, 500, 1000, 2500, 5000};
+  std::array<int64_t, kUpperMs.size() + 1> count{};  // per bucket, not cumulative; last: +Inf
+  double sum_ms = 0;
+  int64_t n = 0;
+  void observe(double ms);
 };
 
 struct SchedulerStats {
@@ -40,6 +60,11 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t generated_tokens = 0;
+  double last_step_ms = 0;
+  int32_t last_step_prefill_tokens = 0;
+  double step_budget_ms = 0;  // the last step's budget (0: none)
+  StepTimeBuckets step_ms;
+  StepCostModel::Coef cost_coef{};  // ms per step, prefill token, decode token, key read
 };
 
 class Scheduler {
@@ -80,6 +105,9 @@ class Scheduler {
   void admit();
   void emit_token(Req& r, int32_t tok, const float* logits);
   void reap();
+  void enqueue_waiting(std::unique_ptr<Req> r);
+  void order_running();
+  bool preempt_for(const Req& r);
 
   const Model& model_;
   KvStore& kv_;
@@ -88,8 +116,11 @@ class Scheduler {
   std::unique_ptr<Forward> own_runner_;  // the CPU runner when none was given
   ModelRunner& runner_;
   RequestId next_id_ = 1;
-  std::deque<std::unique_ptr<Req>> waiting_;
-  std::vector<std::unique_ptr<Req>> running_;  // in admission order (newest last)
+  uint64_t next_arrival_ = 0;
+  std::deque<std::unique_ptr<Req>> waiting_;  // in (priority, arrival) order
+  std::vector<std::unique_ptr<Req>>
+      running_;  // in (priority, arrival) order: the last is the victim
+  StepCostModel cost_;
   SchedulerStats stats_;
   std::vector<float> logits_;
 };

@@ -225,6 +225,149 @@ TEST(Scheduler, StressPreemptionAndCancellationLoseNothing) {
   EXPECT_TRUE(kv.check_invariants().ok());
 }
 
+// Greedy tokens of one request run alone.
+std::vector<int32_t> run_alone(const Model& m, ThreadPool& pool, const SchedulerConfig& sc,
+                               const RequestParams& p) {
+  KvStore kv = make_store(m, kv_budget_bytes(m.hp, sc.n_ctx, 1, 16), false);
+  Scheduler s(m, pool, kv, sc);
+  std::vector<int32_t> out;
+  s.submit(p, [&](const RequestEvent& e) {
+    if (e.token >= 0) out.push_back(e.token);
+  });
+  while (s.step()) {
+  }
+  return out;
+}
+
+TEST(Scheduler, PriorityOrdersAdmissionAndAPreemptedRequestLosesNoTokens) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  SchedulerConfig sc;
+  sc.max_running = 1;  // one at a time: the order of admission is the order of completion
+  sc.n_ctx = 256;
+  auto params = [&](int prompt, int32_t priority, int32_t max_tokens) {
+    RequestParams p;
+    p.prompt = prompt_of(*m, prompt);
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0;
+    p.stop_at_eog = false;
+    p.priority = priority;
+    return p;
+  };
+  const RequestParams pa = params(0, 5, 12);
+  const std::vector<int32_t> ref_a = run_alone(*m, pool, sc, pa);
+  KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 256, 2, 16), false);
+  Scheduler s(*m, pool, kv, sc);
+  std::map<RequestId, Collected> out;
+  std::map<RequestId, int32_t> preempted;
+  std::vector<RequestId> finish_order;
+  auto cb = [&](const RequestEvent& e) {
+    Collected& c = out[e.id];
+    if (e.token >= 0) c.tokens.push_back(e.token);
+    if (e.finished) {
+      c.finished = true, c.reason = e.reason;
+      preempted[e.id] = e.n_preempted;
+      finish_order.push_back(e.id);
+    }
+  };
+  const RequestId a = s.submit(pa, cb);
+  while (out[a].tokens.size() < 3) ASSERT_TRUE(s.step());
+  // Arrivals while A (priority 5) runs: C (5) waits behind A; B (0) and D (1) go first, B
+  // preempting A.
+  const RequestId b = s.submit(params(1, 0, 4), cb);
+  const RequestId c = s.submit(params(2, 5, 4), cb);
+  const RequestId d = s.submit(params(3, 1, 4), cb);
+  while (s.step()) ASSERT_TRUE(kv.check_invariants().ok());
+  EXPECT_EQ(finish_order, std::vector<RequestId>({b, d, a, c}));
+  EXPECT_GE(preempted[a], 1);
+  EXPECT_EQ(preempted[c], 0);
+  // A resumed from prompt + its generated tokens: nothing lost, nothing repeated, and the
+  // same greedy continuation as alone.
+  EXPECT_EQ(out[a].tokens, ref_a);
+  for (RequestId id : {a, b, c, d}) EXPECT_EQ(out[id].reason, FinishReason::length);
+  EXPECT_EQ(kv.stats().n_pages_used, 0);
+}
+
+TEST(Scheduler, EqualPrioritiesAreFirstComeFirstServed) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  SchedulerConfig sc;
+  sc.max_running = 1;
+  sc.n_ctx = 256;
+  KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 256, 1, 16), false);
+  Scheduler s(*m, pool, kv, sc);
+  std::vector<RequestId> order, ids;
+  for (int i = 0; i < 4; ++i) {
+    RequestParams p;
+    p.prompt = prompt_of(*m, i);
+    p.max_tokens = 2;
+    p.stop_at_eog = false;
+    ids.push_back(s.submit(p, [&](const RequestEvent& e) {
+      if (e.finished) order.push_back(e.id);
+    }));
+  }
+  while (s.step()) {
+  }
+  EXPECT_EQ(order, ids);
+  EXPECT_EQ(s.stats().preemptions, 0);
+}
+
+// Decodes ride in every step and a long prompt arriving meanwhile is prefilled in chunks the
+// step budget bounds: the running stream gets a token in every step (its gap is one step), and
+// a step never carries the whole prompt.
+TEST(Scheduler, RunningStreamGetsATokenEveryStepWhileALongPromptIsAdmitted) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  SchedulerConfig sc;
+  sc.n_ctx = 1024;
+  sc.max_batch_tokens = 512;
+  sc.prefill_chunk = 512;
+  sc.max_step_ms = -1;  // auto: the shortest step within 90% of full-chunk prefill throughput
+  KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 1024, 2, 16, 0, 512), false);
+  Scheduler s(*m, pool, kv, sc);
+  RequestParams stream;
+  stream.prompt = prompt_of(*m, 4);
+  stream.max_tokens = 200;
+  stream.sampling.temperature = 0;
+  stream.stop_at_eog = false;
+  std::vector<int64_t> stream_token_steps;
+  int64_t long_first_token_step = -1;
+  s.submit(stream, [&](const RequestEvent& e) {
+    if (e.token >= 0) stream_token_steps.push_back(s.stats().steps);
+  });
+  // Let the stream decode (the cost model learns the decode steps) before the prompt arrives.
+  while (stream_token_steps.size() < 20) ASSERT_TRUE(s.step());
+  RequestParams long_prompt;
+  long_prompt.prompt = test_long_prompt(*m, short_mode() ? 300 : 700);
+  long_prompt.max_tokens = 2;
+  long_prompt.sampling.temperature = 0;
+  long_prompt.stop_at_eog = false;
+  const int64_t submitted_at = s.stats().steps;
+  s.submit(long_prompt, [&](const RequestEvent& e) {
+    if (e.token >= 0 && long_first_token_step < 0) long_first_token_step = s.stats().steps;
+  });
+  int32_t max_chunk = 0;
+  while (long_first_token_step < 0) {
+    ASSERT_TRUE(s.step());
+    max_chunk = std::max(max_chunk, s.stats().last_step_prefill_tokens);
+    EXPECT_GT(s.stats().step_budget_ms, 0);
+  }
+  // the prompt took several steps, their chunks bounded by time rather than by the token budget
+  EXPECT_GT(long_first_token_step - submitted_at, 1);
+  EXPECT_LT(max_chunk, sc.max_batch_tokens - 1);
+  // every step of that stretch gave the stream a token
+  for (size_t i = 1; i < stream_token_steps.size(); ++i) {
+    if (stream_token_steps[i] > long_first_token_step) break;
+    EXPECT_EQ(stream_token_steps[i] - stream_token_steps[i - 1], 1) << "token " << i;
+  }
+  while (s.step()) {
+  }
+  EXPECT_EQ(stream_token_steps.size(), 200u);
+}
+
 TEST(Scheduler, StopStringsSpanTokensAndAreNeverEmitted) {
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";

@@ -132,6 +132,14 @@ Status http_post(const HttpUrl& url, const std::string& path,
                  const std::string& body, double timeout_s,
                  const std::function<void(const HttpResponse&)>& on_head,
                  const std::function<bool(std::string_view)>& on_body) {
+  return http_request("POST", url, path, headers, body, timeout_s, on_head, on_body);
+}
+
+Status http_request(std::string_view method, const HttpUrl& url, const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& headers,
+                    const std::string& body, double timeout_s,
+                    const std::function<void(const HttpResponse&)>& on_head,
+                    const std::function<bool(std::string_view)>& on_body) {
   const std::string where = fmt::format("http://{}:{}", url.host, url.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -157,9 +165,12 @@ Status http_post(const HttpUrl& url, const std::string& path,
   if (sock.fd < 0)
     return make_error("{}: cannot connect ({}); is the server running?", where, last_error);
 
-  std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + url.host + ":" + port + "\r\n";
+  std::string req =
+      std::string(method) + " " + path + " HTTP/1.1\r\nHost: " + url.host + ":" + port + "\r\n";
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  if (method != "GET" || !body.empty())
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "Connection: close\r\n\r\n";
   req += body;
   for (size_t sent = 0; sent < req.size();) {
     SIEVE_TRY(wait_fd(sock.fd, POLLOUT, timeout_s, "sending the request", where));

@@ -1,4 +1,5 @@
-// A minimal blocking HTTP/1.1 client for `sieve eval --server`: one POST per connection,
+// A minimal blocking HTTP/1.1 client for `sieve eval --server` and `sieve bench serve`: one
+// request (POST, or GET) per connection,
 // the response body streamed to a callback as it arrives (Content-Length, chunked, or until
 // close), so server-sent events can be timed token by token. Plain http only.
 //
@@ -41,5 +42,12 @@ Status http_post(const HttpUrl& url, const std::string& path,
                  const std::string& body, double timeout_s,
                  const std::function<void(const HttpResponse&)>& on_head,
                  const std::function<bool(std::string_view)>& on_body);
+
+// The same for any method ("GET": `body` empty, no Content-Length sent).
+Status http_request(std::string_view method, const HttpUrl& url, const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& headers,
+                    const std::string& body, double timeout_s,
+                    const std::function<void(const HttpResponse&)>& on_head,
+                    const std::function<bool(std::string_view)>& on_body);
 
 }  // namespace sieve::eval

@@ -75,7 +75,8 @@ Metrics::Metrics()
     : ttft_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5}),
       e2e_({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}),
-      prompt_len_({16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}) {}
+      prompt_len_({16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576}),
+      queue_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
 
 void Metrics::count_http(std::string_view endpoint, int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -153,6 +154,35 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   itl_.render(out, "sieve_inter_token_latency_seconds", "Time between consecutive tokens of one request.");
   e2e_.render(out, "sieve_e2e_request_latency_seconds", "Request received to its last token.");
   prompt_len_.render(out, "sieve_request_prompt_tokens", "Prompt length of generation requests.");
+  // vLLM's names (vllm: -> sieve:), for dashboards and autoscalers written for vLLM.
+  ttft_.render(out, "sieve:time_to_first_token_seconds",
+               "Request received to first token generated.");
+  itl_.render(out, "sieve:inter_token_latency_seconds",
+              "Time between consecutive tokens of one request.");
+  e2e_.render(out, "sieve:e2e_request_latency_seconds", "Request received to its last token.");
+  queue_.render(
+      out, "sieve:request_queue_time_seconds",
+      "Request submitted to the engine to its first admission (KV reserved, prefill may start).");
+  if (e.ready) {
+    const StepTimeBuckets& st = e.sched.step_ms;
+    head(out, "sieve:iteration_duration_seconds", "histogram",
+         "Engine step durations (one batch of decodes and prefill chunks, sampling included).");
+    int64_t cum = 0;
+    for (size_t i = 0; i < StepTimeBuckets::kUpperMs.size(); ++i) {
+      cum += st.count[i];
+      out += fmt::format("sieve:iteration_duration_seconds_bucket{{le=\"{}\"}} {}\n",
+                         num(StepTimeBuckets::kUpperMs[i] / 1000.0), cum);
+    }
+    cum += st.count.back();
+    out += fmt::format("sieve:iteration_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", cum);
+    out += fmt::format(
+        "sieve:iteration_duration_seconds_sum {}\nsieve:iteration_duration_seconds_count {}\n",
+        num(st.sum_ms / 1000.0), st.n);
+    scalar(
+        out, "sieve_step_budget_seconds", "gauge",
+        "The last step's time budget (--max-step-ms; 0 when the step had no decode or no budget).",
+        e.sched.step_budget_ms / 1000.0);
+  }
   return out;
 }
 

@@ -3,7 +3,10 @@
 // end-to-end latency; gauges read from the engine at scrape time (running/waiting requests,
 // KV pages) and the sparse-attention totals of finished requests (selected fraction,
 // selection-cache hit rate). Names: snake_case, prefix sieve_, units as suffixes, counters
-// end in _total (docs/server.md lists them).
+// end in _total (docs/server.md lists them). The latency histograms are also exported under
+// vLLM's names with the prefix sieve: (sieve:time_to_first_token_seconds, ...), which
+// dashboards and autoscalers written for vLLM key on, with the engine's step durations
+// (sieve:iteration_duration_seconds).
 #pragma once
 
 #include <atomic>
@@ -59,6 +62,7 @@ class Metrics {
   void observe_itl(double seconds) { itl_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
   void observe_prompt_tokens(double n) { prompt_len_.observe(n); }
+  void observe_queue(double seconds) { queue_.observe(seconds); }
 
   std::atomic<int64_t> in_flight{0};   // generation requests being served
   std::atomic<int64_t> disconnects{0}; // requests cancelled because the client went away
@@ -72,7 +76,7 @@ class Metrics {
   std::map<std::string, int64_t> errors_;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
   SparseStats sparse_;
-  Histogram ttft_, itl_, e2e_, prompt_len_;
+  Histogram ttft_, itl_, e2e_, prompt_len_, queue_;
 };
 
 }  // namespace sieve::server

@@ -332,6 +332,10 @@ GenRequest parse_gen_request(const json& j, bool chat, const RequestLimits& lim,
     g.include_usage = opt_bool(*so, "include_usage").value_or(false);
   }
   g.return_progress = opt_bool(j, "return_progress").value_or(false);
+  // vLLM's priority scheduling: lower runs first; ties go by arrival.
+  if (auto pr = opt_int(j, "priority", std::numeric_limits<int32_t>::min(),
+                        std::numeric_limits<int32_t>::max()))
+    g.priority = static_cast<int32_t>(*pr);
 
   // chat logprobs
   if (chat) {

@@ -48,6 +48,7 @@ struct GenRequest {
   bool logprobs = false;     // per-token log-probabilities
   int32_t top_logprobs = 0;  // alternatives per token
   bool return_progress = false;
+  int32_t priority = 0;  // lower runs first (admission, prefill, preemption order)
   // The "sieve" extension object (policy + knobs), or a top-level "policy" name, as JSON text.
   std::optional<std::string> policy_json;
 };

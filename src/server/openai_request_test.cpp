@@ -123,6 +123,25 @@ TEST(ParseGenRequest, NumbersAreBounded) {
   EXPECT_EQ(parse(R"({"prompt":"x","top_p":0})").sampling.top_k, 1);  // top_p 0: the top token
 }
 
+TEST(ParseGenRequest, PriorityIsAnIntegerNamedInItsError) {
+  EXPECT_EQ(parse(R"({"prompt":"x"})").priority, 0);
+  EXPECT_EQ(parse(R"({"prompt":"x","priority":-3})").priority, -3);
+  EXPECT_EQ(parse(R"({"prompt":"x","priority":7})").priority, 7);
+  EXPECT_EQ(parse(R"({"prompt":"x","priority":null})").priority, 0);
+  for (const char* f :
+       {R"("priority":"high")", R"("priority":1.5)", R"("priority":true)", R"("priority":[1])",
+        R"("priority":{})", R"("priority":2147483648)", R"("priority":-2147483649)"}) {
+    const std::string body = std::string("{\"prompt\":\"x\",") + f + "}";
+    const ApiError e = error_of(body);
+    EXPECT_EQ(e.status, 400) << body;
+    EXPECT_EQ(e.param, "priority") << body;
+    EXPECT_NE(e.message.find("priority"), std::string::npos) << body << ": " << e.message;
+  }
+  // chat requests take it too
+  EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"hi"}],"priority":"1"})", true).param,
+            "priority");
+}
+
 TEST(ParseGenRequest, ChatMessages) {
   const GenRequest g = parse(R"({"messages":[{"role":"developer","content":"be brief"},
     {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
@@ -160,21 +179,38 @@ TEST(Metrics, PrometheusText) {
   m.count_finished("stop", 10, 4, 5, s);
   m.observe_ttft(0.2);
   m.observe_itl(0.004);
+  m.observe_queue(0.03);
   EngineSnapshot e;
   e.ready = true;
+  e.sched.step_ms.observe(40);
+  e.sched.step_ms.observe(400);
   e.kv.n_pages_used = 3;
   e.kv.n_pages_total = 12;
   const std::string t = m.render(e);
   for (const char* want : {"sieve_http_requests_total{endpoint=\"completions\",code=\"400\"} 1",
                            "sieve_request_success_total{finish_reason=\"stop\"} 1",
-                           "sieve_prompt_tokens_total 10", "sieve_prefix_cache_hit_tokens_total 4",
-                           "sieve_generation_tokens_total 5", "sieve_sparse_selected_fraction 0.25",
-                           "sieve_selection_cache_hit_rate 0.75", "sieve_kv_pages_used 3",
-                           "sieve_kv_cache_usage_ratio 0.25", "sieve_time_to_first_token_seconds_bucket{le=\"0.25\"} 1",
+                           "sieve_prompt_tokens_total 10",
+                           "sieve_prefix_cache_hit_tokens_total 4",
+                           "sieve_generation_tokens_total 5",
+                           "sieve_sparse_selected_fraction 0.25",
+                           "sieve_selection_cache_hit_rate 0.75",
+                           "sieve_kv_pages_used 3",
+                           "sieve_kv_cache_usage_ratio 0.25",
+                           "sieve_time_to_first_token_seconds_bucket{le=\"0.25\"} 1",
                            "sieve_time_to_first_token_seconds_bucket{le=\"0.1\"} 0",
                            "sieve_time_to_first_token_seconds_count 1",
                            "sieve_inter_token_latency_seconds_bucket{le=\"+Inf\"} 1",
-                           "# TYPE sieve_time_to_first_token_seconds histogram"}) {
+                           "# TYPE sieve_time_to_first_token_seconds histogram",
+                           "# TYPE sieve:time_to_first_token_seconds histogram",
+                           "sieve:time_to_first_token_seconds_count 1",
+                           "sieve:inter_token_latency_seconds_bucket{le=\"0.005\"} 1",
+                           "sieve:request_queue_time_seconds_bucket{le=\"0.05\"} 1",
+                           "sieve:e2e_request_latency_seconds_count 0",
+                           "# TYPE sieve:iteration_duration_seconds histogram",
+                           "sieve:iteration_duration_seconds_bucket{le=\"0.05\"} 1",
+                           "sieve:iteration_duration_seconds_bucket{le=\"0.5\"} 2",
+                           "sieve:iteration_duration_seconds_count 2",
+                           "sieve:iteration_duration_seconds_sum 0.44"}) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   }
 }

@@ -302,6 +302,7 @@ void Server::handle_props(HttpExchange& ex) {
               {"max_concurrent_requests", cfg_.max_concurrent},
               {"max_running", ec.max_running},
               {"max_batch_tokens", ec.max_batch_tokens},
+              {"max_step_ms", ec.max_step_ms < 0 ? json("auto") : json(ec.max_step_ms)},
               {"max_body_bytes", cfg_.http.max_body_bytes},
               {"chat_template", tmpl_family},
               {"default_policy", default_policy_->describe()},

@@ -154,6 +154,7 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
   rp.logprobs = g.logprobs;
   rp.n_logprobs = g.top_logprobs;
   rp.policy = policy;
+  rp.priority = g.priority;
 
   auto q = std::make_shared<EventQueue>();
   metrics_.observe_prompt_tokens(n_prompt);
@@ -306,7 +307,10 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
   const FinishReason reason = have_final ? final_ev.reason : FinishReason::cancelled;
   metrics_.count_finished(finish_name(reason), final_ev.prompt_tokens, final_ev.cached_tokens,
                           final_ev.completion_tokens, final_ev.sparse);
-  if (reason == FinishReason::stop || reason == FinishReason::length) metrics_.observe_e2e(e2e_s);
+  if (reason == FinishReason::stop || reason == FinishReason::length) {
+    metrics_.observe_e2e(e2e_s);
+    metrics_.observe_queue(final_ev.queue_ms / 1000.0);
+  }
   log_info("server: {} {} prompt={} cached={} completion={} finish={} ttft_ms={:.0f} e2e_ms={:.0f}", rid,
            g.stream ? "stream" : "json", final_ev.prompt_tokens, final_ev.cached_tokens, final_ev.completion_tokens,
            finish_name(reason), n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0.0,

@@ -47,6 +47,21 @@ def test_bad_completion_fields(server, field, value):
     assert_error(server, status, r, 400)
 
 
+@pytest.mark.parametrize("value", ["high", 1.5, True, [1], {}, 2 ** 31, -(2 ** 31) - 1])
+def test_bad_priority_names_the_field(server, value):
+    for path, body in ((COMPLETIONS, {"prompt": "hello", "max_tokens": 2}),
+                       (CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})):
+        body["priority"] = value
+        status, r, _ = server.post(path, body)
+        assert_error(server, status, r, 400, param="priority")
+        assert "priority" in r["error"]["message"]
+
+
+def test_priority_is_accepted(server):
+    status, r, _ = server.post(COMPLETIONS, {"prompt": "hello", "max_tokens": 2, "priority": -5})
+    assert status == 200, r
+
+
 @pytest.mark.parametrize("prompt", [[-1], [49152], [2 ** 31 - 1], [2 ** 40], [1, "a"], [1.5]])
 def test_invalid_token_ids(server, prompt):
     status, r, _ = server.post(COMPLETIONS, {"prompt": prompt, "max_tokens": 1})

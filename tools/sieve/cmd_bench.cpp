@@ -18,6 +18,10 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "backend.h"
+#include "bench_engine.h"
+#include "bench_gpu.h"
+#include "bench_serve.h"
 #include "command.h"
 #include "core/cpu_features.h"
 #include "core/log.h"
@@ -27,9 +31,6 @@
 #include "engine/sparse_seq.h"
 #include "eval/eval_rng.h"
 #include "eval/policies.h"
-#include "backend.h"
-#include "bench_engine.h"
-#include "bench_gpu.h"
 #include "model_cache.h"
 #include "run_common.h"
 
@@ -340,7 +341,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")->check(CLI::Range(16, 1 << 20));
   app.add_option("--concurrency", o->concurrency, "--engine: concurrent sequences to compare")->delimiter(',');
   app.add_option("--conc-prompt", o->conc_prompt, "--engine: prompt length per sequence")->check(CLI::Range(1, 1 << 20));
-  return [o]() {
+  CLI::App* serve = app.add_subcommand(
+      "serve", "load an OpenAI-compatible server: TTFT, ITL, tok/s per clients x prompt");
+  auto run_serve = setup_bench_serve(*serve);
+  return [o, serve, run_serve]() {
+    if (serve->parsed()) return run_serve();
     if (o->engine) {
       EngineBenchOptions e;
       ModelOptions mo = o->model;
@@ -351,11 +356,14 @@ std::function<int()> setup(CLI::App& app) {
       e.prompt_len = o->conc_prompt;
       e.n_decode = o->n_decode;
       e.file = o->file;
-      for (int32_t c : e.concurrency) if (c < 1 || c > 256) throw UserError("--concurrency values must be in [1, 256]");
+      for (int32_t c : e.concurrency)
+        if (c < 1 || c > 256) throw UserError("--concurrency values must be in [1, 256]");
       return run_engine_bench(e);
     }
-    for (int32_t t : o->threads) if (t < 1 || t > 1024) throw UserError("thread counts must be in [1, 1024]");
-    for (int32_t l : o->lengths) if (l < 1 || l > (1 << 22)) throw UserError("prompt lengths must be in [1, 4M]");
+    for (int32_t t : o->threads)
+      if (t < 1 || t > 1024) throw UserError("thread counts must be in [1, 1024]");
+    for (int32_t l : o->lengths)
+      if (l < 1 || l > (1 << 22)) throw UserError("prompt lengths must be in [1, 4M]");
     return run(*o);
   };
 }

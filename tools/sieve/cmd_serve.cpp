@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string alias;
   int32_t max_running = 16;
   int32_t max_batch_tokens = 512;
+  std::string max_step_ms = "auto";
   int64_t kv_mib = 0;
   bool no_prefix_cache = false;
   int32_t max_concurrent = 64;
@@ -57,6 +58,16 @@ int serve(CLI::App& app, const ServeOptions& o) {
   cfg.engine.threads = o.model.threads;
   cfg.engine.max_running = o.max_running;
   cfg.engine.max_batch_tokens = o.max_batch_tokens;
+  if (o.max_step_ms == "auto") {
+    cfg.engine.max_step_ms = -1;
+  } else {
+    char* end = nullptr;
+    const double ms = std::strtod(o.max_step_ms.c_str(), &end);
+    if (o.max_step_ms.empty() || *end != '\0' || !(ms >= 0) || ms > 1e6)
+      throw UserError("--max-step-ms: expected auto or milliseconds in [0, 1e6], not '" +
+                      o.max_step_ms + "'");
+    cfg.engine.max_step_ms = ms;
+  }
   cfg.engine.kv_budget_bytes = o.kv_mib << 20;
   cfg.engine.prefix_cache = !o.no_prefix_cache;
   cfg.engine.runner_factory = runner_factory_for(o.backend, o.gpu_mem_fraction);
@@ -150,6 +161,13 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--max-batch-tokens", o->max_batch_tokens,
                  "tokens per engine step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option(
+      "--max-step-ms", o->max_step_ms,
+      "engine step time budget: a running stream waits at most about this long for its next token "
+      "while prompts prefill (auto: the shortest step that keeps prefill throughput within 90% of "
+      "--max-batch-tokens chunks, from a cost model fitted to measured steps; 0: off, steps are "
+      "sized "
+      "by --max-batch-tokens only)");
   app.add_option("--kv-mib", o->kv_mib,
                  "KV memory budget in MiB (0: room for max-running full contexts; --backend cuda: "
                  "all the device memory left)")

@@ -47,6 +47,7 @@ GpuRunner::GpuRunner(const Model& model, int32_t n_ctx, const Options& opt)
   ec.max_running = 1;
   ec.max_batch_tokens = 512;
   ec.prefix_cache = opt.prefix_cache;
+  ec.max_step_ms = 0;  // one request at a time: steps sized by tokens, as measured
   CudaRunner::Options ro;
   ro.mem_fraction = opt.mem_fraction;
   ec.runner_factory = cuda_runner_factory(ro);

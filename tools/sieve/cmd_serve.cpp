@@ -59,7 +59,9 @@ int serve(CLI::App& app, const ServeOptions& o) {
   cfg.engine.max_running = o.max_running;
   cfg.engine.max_batch_tokens = o.max_batch_tokens;
   if (o.max_step_ms == "auto") {
-    cfg.engine.max_step_ms = -1;
+    // The budget's cost model is fitted to CPU steps; the GPU serves with plain token-budget
+    // steps until it is measured there (docs/gpu.md).
+    cfg.engine.max_step_ms = o.backend == "cuda" ? 0 : -1;
   } else {
     char* end = nullptr;
     const double ms = std::strtod(o.max_step_ms.c_str(), &end);

@@ -63,6 +63,7 @@ std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_r
   ec.max_running = max_running;
   ec.max_batch_tokens = 512;
   ec.prefix_cache = false;
+  ec.max_step_ms = 0;  // token-budget steps, as the CLI runs the GPU
   ec.runner_factory = cuda_runner_factory({0.5});
   auto e = Engine::create(std::move(m), ec);
   EXPECT_TRUE(e.ok()) << e.message();

@@ -23,9 +23,9 @@ std::vector<fs::path> data_dirs(std::string_view dir_override) {
     return dirs;  // an explicit directory is the only place to look
   }
   if (const char* d = std::getenv("SIEVE_DATA_DIR"); d && *d) dirs.emplace_back(d);
-  // __FILE__ is the absolute path of this source file in CMake builds: src/eval/haystack.cpp.
-  const fs::path src = fs::path(__FILE__);
-  if (src.is_absolute()) dirs.push_back(src.parent_path().parent_path().parent_path() / "data");
+#ifdef SIEVE_SOURCE_DATA_DIR
+  dirs.emplace_back(SIEVE_SOURCE_DATA_DIR);  // the source tree this binary was built from
+#endif
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {

@@ -47,8 +47,8 @@ inline std::string g_filter;
 inline int g_iters = 20;
 inline bool g_quick = false;
 inline int g_only_n = 0, g_only_b = 0;  // restrict the model-shape loops (profiling one case)
-inline int g_page_size = 16;        // tokens per KV (and sketch) page of the model-shape cases
-inline bool g_shuffle_pages = true;  // false: each sequence's pages in order (a fresh pool)
+inline int g_page_size = 16;            // tokens per KV (and sketch) page of the model-shape cases
+inline bool g_shuffle_pages = true;     // false: each sequence's pages in order (a fresh pool)
 inline device_facts g_dev;
 inline launch_cfg g_lc;
 

@@ -54,7 +54,7 @@ void attend_phases(decode_params a, const shape& sh, int B, int N, const std::st
   const int n_cta = B * sh.n_kv * a.n_splits;
   uint64_t* d_ns = dalloc<uint64_t>(static_cast<size_t>(n_cta) * decode_n_stamps);
   a.phase_ns = d_ns;
-  const char* names[decode_n_stamps] = {"entry_spread", "ready", "issued", "first_tile",
+  const char* names[decode_n_stamps] = {"entry_spread", "ready",   "issued",  "first_tile",
                                         "tiles",        "partial", "counted", "merged"};
   std::vector<std::vector<double>> d(decode_n_stamps + 1);
   std::vector<uint64_t> h(static_cast<size_t>(n_cta) * decode_n_stamps);
@@ -93,8 +93,8 @@ void attend_phases(decode_params a, const shape& sh, int B, int N, const std::st
     if (v.empty()) continue;
     std::sort(v.begin(), v.end());
     const stats ph{v[v.size() / 2], v[v.size() / 10], v[(v.size() * 9) / 10]};
-    report("phase", name + "." + (i < decode_n_stamps ? names[i] : "first_start_to_end"), sh.name, B,
-           N, ph, 0, "median over CTAs; splits=" + std::to_string(a.n_splits));
+    report("phase", name + "." + (i < decode_n_stamps ? names[i] : "first_start_to_end"), sh.name,
+           B, N, ph, 0, "median over CTAs; splits=" + std::to_string(a.n_splits));
   }
   cudaFree(d_ns);
 }
@@ -359,8 +359,9 @@ void bench_prefill_cudnn(const cache& c, const shape& sh, buffers& bf, int n_q) 
     const stats s = time_gpu([&] { SK((*plan)->run(a)); }, {}, g_quick ? 3 : 5);
     const double flop = 4.0 * n_q * sh.n_q * static_cast<double>(c.N) * sh.D;
     char note[128];
-    std::snprintf(note, sizeof note, "TFLOPs=%.0f plan_build_ms=%.0f ws_MiB=%lld", flop / (s.med * 1e-6) / 1e12,
-                  build_ms, static_cast<long long>((*plan)->workspace_bytes() >> 20));
+    std::snprintf(note, sizeof note, "TFLOPs=%.0f plan_build_ms=%.0f ws_MiB=%lld",
+                  flop / (s.med * 1e-6) / 1e12, build_ms,
+                  static_cast<long long>((*plan)->workspace_bytes() >> 20));
     report("prefill", name, sh.name, c.B, c.N, s, 0, note);
   }
   cudaFree(d_lens);

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define SIEVE_ASSERT(cond)                                                                  \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "sieve: internal invariant failed at %s:%d: %s\n", __FILE__,     \
-                   __LINE__, #cond);                                                        \
-      std::abort();                                                                         \
-    }                                                                                       \
+#define SIEVE_ASSERT(cond)                                                                        \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      std::fprintf(stderr, "sieve: internal invariant failed at %s:%d: %s\n", __FILE__, __LINE__, \
+                   #cond);                                                                        \
+      std::abort();                                                                               \
+    }                                                                                             \
   } while (0)

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <cmath>
 #include <random>
 #include <vector>
 
@@ -27,7 +27,7 @@ TEST(Fp16, RoundTripsEveryHalf) {
 TEST(Fp16, RoundsToNearestEven) {
   EXPECT_EQ(f32_to_fp16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_fp16(65504.0f), 0x7bff);
-  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);           // exactly halfway to inf -> inf
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);            // exactly halfway to inf -> inf
   EXPECT_EQ(f32_to_fp16(1.0f + 0.5f / 1024), 0x3c00);  // tie -> even
   EXPECT_EQ(f32_to_fp16(1.0f + 1.5f / 1024), 0x3c02);
   EXPECT_EQ(fp16_to_f32(0x0001), 5.9604644775390625e-8f);
@@ -101,7 +101,8 @@ TEST(ThreadPool, RunReturnsAfterEveryWorkerFinished) {
         for (int i = 0; i < 2000 * t; ++i) spin = spin + 1;
         count[static_cast<size_t>(t) * 16] += 1;
       });
-      for (int t = 1; t < nt; ++t) ASSERT_EQ(count[static_cast<size_t>(t) * 16], r + 1) << nt << " " << t;
+      for (int t = 1; t < nt; ++t)
+        ASSERT_EQ(count[static_cast<size_t>(t) * 16], r + 1) << nt << " " << t;
     }
   }
 }

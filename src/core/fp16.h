@@ -35,9 +35,10 @@ inline uint16_t f32_to_fp16(float f) {
   uint32_t x = f32_to_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0));
+  if (x >= 0x7f800000u)
+    return static_cast<uint16_t>(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0));
   if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (x < 0x38800000u) {                                                // subnormal or zero
+  if (x < 0x38800000u) {                                               // subnormal or zero
     const float v = f32_from_bits(x) * 16777216.0f;                    // * 2^24
     uint32_t m = static_cast<uint32_t>(v);
     const float rem = v - static_cast<float>(m);
@@ -49,7 +50,9 @@ inline uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | ((x - 0x38000000u) >> 13));
 }
 
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_to_bits(f);

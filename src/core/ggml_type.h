@@ -43,7 +43,9 @@ struct TypeInfo {
 // Geometry of a type id; nullptr for ids that are unknown or removed (4, 5, 31-33, 36-38).
 // Known-but-unsupported types (IQ*, Q2_K, ...) have supported == false.
 const TypeInfo* type_info(uint32_t id);
-inline const TypeInfo* type_info(GgmlType t) { return type_info(static_cast<uint32_t>(t)); }
+inline const TypeInfo* type_info(GgmlType t) {
+  return type_info(static_cast<uint32_t>(t));
+}
 
 // Bytes of a row of n elements (n must be a multiple of the block size).
 inline int64_t row_bytes(GgmlType t, int64_t n) {

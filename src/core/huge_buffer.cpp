@@ -57,7 +57,9 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
   return *this;
 }
 
-HugeBuffer::~HugeBuffer() { release(); }
+HugeBuffer::~HugeBuffer() {
+  release();
+}
 
 void HugeBuffer::release() {
   if (data_ == nullptr) return;

@@ -35,8 +35,8 @@ class HugeBuffer {
  private:
   void release();
   std::byte* data_ = nullptr;
-  size_t size_ = 0;     // bytes asked for
-  size_t mapped_ = 0;   // bytes mapped (0: operator new)
+  size_t size_ = 0;    // bytes asked for
+  size_t mapped_ = 0;  // bytes mapped (0: operator new)
   void* base_ = nullptr;
   bool advised_ = false;
 };

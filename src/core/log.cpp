@@ -19,8 +19,12 @@ std::mutex g_mutex;
 
 }  // namespace
 
-LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
-void set_log_level(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
+LogLevel log_level() {
+  return g_level.load(std::memory_order_relaxed);
+}
+void set_log_level(LogLevel level) {
+  g_level.store(level, std::memory_order_relaxed);
+}
 
 void log_write(LogLevel level, const std::string& text) {
   static const char* const kPrefix[] = {"debug: ", "", "warning: ", "error: ", ""};

@@ -15,19 +15,23 @@ void log_write(LogLevel level, const std::string& text);
 
 template <class... Args>
 void log_debug(fmt::format_string<Args...> f, Args&&... a) {
-  if (log_level() <= LogLevel::debug) log_write(LogLevel::debug, fmt::format(f, std::forward<Args>(a)...));
+  if (log_level() <= LogLevel::debug)
+    log_write(LogLevel::debug, fmt::format(f, std::forward<Args>(a)...));
 }
 template <class... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... a) {
-  if (log_level() <= LogLevel::info) log_write(LogLevel::info, fmt::format(f, std::forward<Args>(a)...));
+  if (log_level() <= LogLevel::info)
+    log_write(LogLevel::info, fmt::format(f, std::forward<Args>(a)...));
 }
 template <class... Args>
 void log_warn(fmt::format_string<Args...> f, Args&&... a) {
-  if (log_level() <= LogLevel::warn) log_write(LogLevel::warn, fmt::format(f, std::forward<Args>(a)...));
+  if (log_level() <= LogLevel::warn)
+    log_write(LogLevel::warn, fmt::format(f, std::forward<Args>(a)...));
 }
 template <class... Args>
 void log_error(fmt::format_string<Args...> f, Args&&... a) {
-  if (log_level() <= LogLevel::error) log_write(LogLevel::error, fmt::format(f, std::forward<Args>(a)...));
+  if (log_level() <= LogLevel::error)
+    log_write(LogLevel::error, fmt::format(f, std::forward<Args>(a)...));
 }
 
 }  // namespace sieve

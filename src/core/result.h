@@ -22,8 +22,8 @@ Error make_error(fmt::format_string<Args...> f, Args&&... args) {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -47,7 +47,8 @@ template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(Error error) : err_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
+  Result(Error error)
+      : err_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
   const Error& error() const { return err_; }
@@ -63,8 +64,8 @@ using Status = Result<void>;
 }  // namespace sieve
 
 // Propagate an error from an expression returning Result<...>.
-#define SIEVE_TRY(expr)                                   \
-  do {                                                    \
-    auto&& sieve_try_r_ = (expr);                         \
-    if (!sieve_try_r_.ok()) return sieve_try_r_.error();  \
+#define SIEVE_TRY(expr)                                  \
+  do {                                                   \
+    auto&& sieve_try_r_ = (expr);                        \
+    if (!sieve_try_r_.ok()) return sieve_try_r_.error(); \
   } while (0)

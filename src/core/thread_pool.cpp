@@ -11,7 +11,9 @@
 
 namespace sieve {
 
-int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+int hardware_threads() {
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(std::max(1, n_threads)), done_(std::make_unique<Done[]>(n_threads_)) {

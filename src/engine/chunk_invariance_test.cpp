@@ -18,7 +18,8 @@ TEST(Forward, PromptLogitsDoNotDependOnTheChunkSplit) {
   ASSERT_TRUE(m.ok()) << m.message();
   const Model& model = **m;
   std::string text;
-  for (int i = 0; i < 60; ++i) text += "Line " + std::to_string(i) + " of the keeper's log: the lamp was lit at dusk. ";
+  for (int i = 0; i < 60; ++i)
+    text += "Line " + std::to_string(i) + " of the keeper's log: the lamp was lit at dusk. ";
   std::vector<int32_t> prompt = model.tokenizer->encode(text, true, false);
   prompt.resize(std::min<size_t>(prompt.size(), 600));  // > kAttnSegment: decode splits
   ThreadPool pool(2);

@@ -39,8 +39,10 @@ Result<GenerateStats> generate_with_engine(Engine& engine, std::span<const int32
       if (!stopped && !on_token(ev.token)) {
         stopped = true;
         // the id is known once submit() has returned; until then the caller cancels below
-        if (const RequestId known = id.load()) engine.cancel(known);
-        else stop_now = true;
+        if (const RequestId known = id.load())
+          engine.cancel(known);
+        else
+          stop_now = true;
       }
       return;
     }

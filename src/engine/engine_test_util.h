@@ -35,9 +35,11 @@ inline std::shared_ptr<const Model> test_gemma3() {
 // A synthetic document of exactly n_tokens tokens (numbered records; deterministic).
 inline std::vector<int32_t> test_long_prompt(const Model& m, int n_tokens) {
   std::string t = "Notes from the archive. ";
-  const char* words[] = {"river", "stone", "lantern", "harbour", "orchard", "engine", "letter", "winter"};
+  const char* words[] = {"river",   "stone",  "lantern", "harbour",
+                         "orchard", "engine", "letter",  "winter"};
   for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
-    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) + " was recorded. ";
+    t += std::string("The ") + words[i % 8] + " number " + std::to_string(i * 7 % 97) +
+         " was recorded. ";
   }
   auto ids = m.tokenizer->encode(t, true, false);
   ids.resize(n_tokens);
@@ -52,6 +54,8 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
 }
 
 // Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.
-inline bool test_short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
+inline bool test_short_mode() {
+  return std::getenv("SIEVE_TEST_SHORT") != nullptr;
+}
 
 }  // namespace sieve

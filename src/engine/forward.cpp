@@ -39,14 +39,17 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     if (!kv_.has_sequence(e.seq)) return make_error("forward: unknown sequence {}", e.seq);
     for (int32_t s = 0; s < kv_.geometry().n_stream; ++s) {
       if (kv_.stream_len(e.seq, s) < static_cast<int32_t>(e.tokens.size())) {
-        return make_error("forward: the chunk of sequence {} was not reserved in the KV store", e.seq);
+        return make_error("forward: the chunk of sequence {} was not reserved in the KV store",
+                          e.seq);
       }
     }
     // One stream per KV head: only RTPurbo's plan reads the heads apart (the layout comes from
     // it; kv_layout_for), and UniPrefill's drops work on whole layers.
-    if (n_group > 1 && (!e.sparse || !e.sparse->head_plan() || e.sparse->policy().drops_prefill())) {
+    if (n_group > 1 &&
+        (!e.sparse || !e.sparse->head_plan() || e.sparse->policy().drops_prefill())) {
       return make_error(
-          "forward: this KV store keeps one stream per KV head (an rtpurbo head plan's layout); policy '{}' "
+          "forward: this KV store keeps one stream per KV head (an rtpurbo head plan's layout); "
+          "policy '{}' "
           "cannot run on it: use rtpurbo without prefill dropping, or a store made for this policy",
           e.sparse ? e.sparse->policy().preset : std::string("dense"));
     }
@@ -54,7 +57,8 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
 
   batch_ = batch;
   n_rows_.resize(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) n_rows_[i] = static_cast<int32_t>(batch[i].tokens.size());
+  for (size_t i = 0; i < batch.size(); ++i)
+    n_rows_[i] = static_cast<int32_t>(batch[i].tokens.size());
   SIEVE_TRY(uniprefill_begin(batch));
   layer_rows_.assign(hp.n_layer, 0);
   const int64_t E = hp.n_embd;
@@ -87,7 +91,8 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
   pool_.parallel_for(n_tok, 8, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
       // token of batch row t
-      size_t ei = std::upper_bound(entry_offset_.begin(), entry_offset_.end(), t) - entry_offset_.begin() - 1;
+      size_t ei = std::upper_bound(entry_offset_.begin(), entry_offset_.end(), t) -
+                  entry_offset_.begin() - 1;
       const int32_t tok = batch[ei].tokens[t - entry_offset_[ei]];
       float* row = h_.data() + t * E;
       get_row(w.tok_embd, tok, row);
@@ -156,8 +161,10 @@ Status Forward::run(std::span<const BatchEntry> batch, std::vector<float>& logit
     pool_.parallel_for(n_tok, 4, [&](int64_t b, int64_t end) {
       float* g = gate_.data() + b * hp.n_ff;
       const float* u = up_.data() + b * hp.n_ff;
-      if (hp.act == FfnAct::silu) silu_mul(g, u, (end - b) * hp.n_ff);
-      else gelu_tanh_mul(g, u, (end - b) * hp.n_ff);
+      if (hp.act == FfnAct::silu)
+        silu_mul(g, u, (end - b) * hp.n_ff);
+      else
+        gelu_tanh_mul(g, u, (end - b) * hp.n_ff);
     });
     {
       const ScopedNs t{matmul_ns_};
@@ -197,11 +204,11 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   // split by keys instead, and the partial states are merged afterwards.
   struct Task {
     int entry, kv_head;
-    int32_t t0, t1;        // query tokens of the entry
+    int32_t t0, t1;  // query tokens of the entry
     const KvHeadView* view;
-    KeySet keys;           // the keys this task reads
-    int split;             // index into partial buffers (-1: writes attn_ directly)
-    int part = 0;          // RTPurbo: 0 every head of the group, 1 its local heads, 2 its retrieval heads
+    KeySet keys;   // the keys this task reads
+    int split;     // index into partial buffers (-1: writes attn_ directly)
+    int part = 0;  // RTPurbo: 0 every head of the group, 1 its local heads, 2 its retrieval heads
   };
   std::vector<Task> tasks;
   std::vector<KvHeadView> views(batch.size() * hp.n_head_kv);
@@ -215,7 +222,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const int32_t n_q = n_rows_[i];
     for (int h = 0; h < hp.n_head_kv; ++h) {
-      views[i * hp.n_head_kv + h] = views_.make(kv_.seq_view(batch[i].seq, stream_of(il, h)), head_in_stream(h));
+      views[i * hp.n_head_kv + h] =
+          views_.make(kv_.seq_view(batch[i].seq, stream_of(il, h)), head_in_stream(h));
     }
     EntryPlan& plan = plans_[i];
     plan.active = false;
@@ -225,14 +233,16 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     if (batch[i].sparse && window == 0 && batch[i].sparse->head_plan()) {
       // RTPurbo: the group's local heads read sinks + window, its retrieval heads every key
       // (prefill) or their decode key set; no key split (the sets are small or the step short).
-      plan_rtpurbo(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
+      plan_rtpurbo(
+          il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
       for (int h = 0; h < hp.n_head_kv; ++h) {
         const KvHeadView* view = &views[i * hp.n_head_kv + h];
         for (int part = 1; part <= 2; ++part) {
           if ((part == 1 ? plan.rt_local[h] : plan.rt_retr[h]).empty()) continue;
           const bool list = part == 2 && plan.rt_list[h];
-          const KeySet ks = list ? KeySet{plan.keys[h].data(), static_cast<int32_t>(plan.keys[h].size()), 0, 0}
-                                 : KeySet{nullptr, 0, 0, view->n_tokens};
+          const KeySet ks =
+              list ? KeySet{plan.keys[h].data(), static_cast<int32_t>(plan.keys[h].size()), 0, 0}
+                   : KeySet{nullptr, 0, 0, view->n_tokens};
           const int32_t n_list = list ? ks.n_idx : 0;
           if (n_q == 1 && n_list > kAttnSegment && n_threads > 1) {
             // A decode step's retrieval heads over their key list: split by segments like the
@@ -247,34 +257,40 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
             // The local heads' sinks + window (2048 keys on SmolLM2): one task would be each
             // layer's longest at 16 threads, so it is split too, skipping the keys between.
             const int32_t qp = pos_[entry_offset_[i]];
-            window_segments(AttnQuery{nullptr, &qp, 1, 1, hp.head_dim, 1.0f, plan.rt_window, plan.rt_sinks}, *view,
-                            view->n_tokens, segs_);
+            window_segments(
+                AttnQuery{nullptr, &qp, 1, 1, hp.head_dim, 1.0f, plan.rt_window, plan.rt_sinks},
+                *view, view->n_tokens, segs_);
             if (segs_.size() > 1) {
-              for (const KeySet& seg : segs_) tasks.push_back({static_cast<int>(i), h, 0, 1, view, seg, n_split_rows++, part});
+              for (const KeySet& seg : segs_)
+                tasks.push_back({static_cast<int>(i), h, 0, 1, view, seg, n_split_rows++, part});
               continue;
             }
           }
           constexpr int32_t kQBlock = 32;
           for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
-            tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, ks, -1, part});
+            tasks.push_back(
+                {static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, ks, -1, part});
           }
         }
       }
       continue;
     }
     if (batch[i].sparse && window == 0 && !batch[i].sparse->policy().dense_attention()) {
-      plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv), plan);
+      plan_sparse(il, i, std::span<const KvHeadView>(views.data() + i * hp.n_head_kv, hp.n_head_kv),
+                  plan);
     }
     const RopeRotator* crot = plan.compact ? &rotator(il, kv_.n_tokens(batch[i].seq) + 1) : nullptr;
     if (crot) rot = crot;
     for (int h = 0; h < hp.n_head_kv; ++h) {
       const KvHeadView* view = &views[i * hp.n_head_kv + h];
       const bool list = plan.active;
-      const int32_t n_keys = plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
+      const int32_t n_keys =
+          plan.active ? static_cast<int32_t>(plan.keys[h].size()) : view->n_tokens;
       auto key_range = [&](int32_t k0, int32_t k1) {
         if (!list) return KeySet{nullptr, 0, k0, k1};
         KeySet ks{plan.keys[h].data() + k0, k1 - k0, 0, 0, crot, k0};
-        const EntryPlan::Kept kept = h < static_cast<int>(plan.kept.size()) ? plan.kept[h] : EntryPlan::Kept{};
+        const EntryPlan::Kept kept =
+            h < static_cast<int>(plan.kept.size()) ? plan.kept[h] : EntryPlan::Kept{};
         if (kept.n > k0) {
           ks.kept_k = kept.k + int64_t{k0} * hp.head_dim;
           ks.kept_v = kept.v + int64_t{k0} * hp.head_dim;
@@ -287,13 +303,14 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
         // One task per attention segment: the merge order is attend()'s own, so a decode row
         // equals the same row computed in a prefill chunk.
         for (int32_t k0 = 0; k0 < n_keys; k0 += kAttnSegment) {
-          tasks.push_back({static_cast<int>(i), h, 0, 1, view, key_range(k0, std::min(n_keys, k0 + kAttnSegment)),
-                           n_split_rows++});
+          tasks.push_back({static_cast<int>(i), h, 0, 1, view,
+                           key_range(k0, std::min(n_keys, k0 + kAttnSegment)), n_split_rows++});
         }
       } else {
         constexpr int32_t kQBlock = 32;
         for (int32_t t0 = 0; t0 < n_q; t0 += kQBlock) {
-          tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view, key_range(0, n_keys), -1});
+          tasks.push_back({static_cast<int>(i), h, t0, std::min(n_q, t0 + kQBlock), view,
+                           key_range(0, n_keys), -1});
         }
       }
     }
@@ -310,7 +327,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
     const Task& t = tasks[i];
     return int64_t{t.t1 - t.t0} * t.keys.size();
   };
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return cost(a) > cost(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return cost(a) > cost(b); });
   std::vector<float> part_o(static_cast<size_t>(n_split_rows) * G * d);
   std::vector<float> part_m(static_cast<size_t>(n_split_rows) * G), part_l(part_m.size());
   std::atomic<size_t> next{0};
@@ -326,27 +344,37 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       const EntryPlan& plan = plans_[tk.entry];
       if (tk.part != 0) {
         // RTPurbo: the group's local (part 1) or retrieval (part 2) heads only.
-        const std::vector<int32_t>& heads = tk.part == 1 ? plan.rt_local[tk.kv_head] : plan.rt_retr[tk.kv_head];
+        const std::vector<int32_t>& heads =
+            tk.part == 1 ? plan.rt_local[tk.kv_head] : plan.rt_retr[tk.kv_head];
         const int ng = static_cast<int>(heads.size());
         qbuf.resize(static_cast<size_t>(nq) * ng * d);
         for (int32_t t = 0; t < nq; ++t) {
-          const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+          const float* src =
+              q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
           for (int g = 0; g < ng; ++g) {
             std::copy(src + int64_t{heads[g]} * d, src + int64_t{heads[g] + 1} * d,
                       qbuf.data() + (static_cast<size_t>(t) * ng + g) * d);
           }
         }
-        AttnQuery aq{qbuf.data(), pos_.data() + off + tk.t0, nq, ng, d, hp.attn_scale,
-                     tk.part == 1 ? plan.rt_window : 0, tk.part == 1 ? plan.rt_sinks : 0};
+        AttnQuery aq{qbuf.data(),
+                     pos_.data() + off + tk.t0,
+                     nq,
+                     ng,
+                     d,
+                     hp.attn_scale,
+                     tk.part == 1 ? plan.rt_window : 0,
+                     tk.part == 1 ? plan.rt_sinks : 0};
         if (tk.split >= 0) {  // ng <= G rows of the split's buffers
           attend(aq, *tk.view, tk.keys, part_o.data() + static_cast<size_t>(tk.split) * G * d,
-                 part_m.data() + static_cast<size_t>(tk.split) * G, part_l.data() + static_cast<size_t>(tk.split) * G);
+                 part_m.data() + static_cast<size_t>(tk.split) * G,
+                 part_l.data() + static_cast<size_t>(tk.split) * G);
           continue;
         }
         obuf.resize(qbuf.size());
         attend(aq, *tk.view, tk.keys, obuf.data());
         for (int32_t t = 0; t < nq; ++t) {
-          float* dst = attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+          float* dst =
+              attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
           for (int g = 0; g < ng; ++g) {
             const float* o = obuf.data() + (static_cast<size_t>(t) * ng + g) * d;
             std::copy(o, o + d, dst + int64_t{heads[g]} * d);
@@ -356,7 +384,8 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       }
       qbuf.resize(static_cast<size_t>(nq) * G * d);
       for (int32_t t = 0; t < nq; ++t) {
-        const float* src = q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+        const float* src =
+            q_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
         std::copy(src, src + G * d, qbuf.data() + static_cast<size_t>(t) * G * d);
       }
       const int32_t* qpos = pos_.data() + off + tk.t0;
@@ -374,8 +403,7 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       AttnQuery aq{qbuf.data(), qpos, nq, G, d, hp.attn_scale, window};
       const KvHeadView& kv = *tk.view;
       if (tk.split >= 0) {
-        attend(aq, kv, tk.keys,
-               part_o.data() + static_cast<size_t>(tk.split) * G * d,
+        attend(aq, kv, tk.keys, part_o.data() + static_cast<size_t>(tk.split) * G * d,
                part_m.data() + static_cast<size_t>(tk.split) * G,
                part_l.data() + static_cast<size_t>(tk.split) * G);
         continue;
@@ -383,8 +411,10 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       obuf.resize(qbuf.size());
       attend(aq, kv, tk.keys, obuf.data());
       for (int32_t t = 0; t < nq; ++t) {
-        float* dst = attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
-        std::copy(obuf.data() + static_cast<size_t>(t) * G * d, obuf.data() + static_cast<size_t>(t + 1) * G * d, dst);
+        float* dst =
+            attn_.data() + (off + tk.t0 + t) * qd + static_cast<int64_t>(tk.kv_head) * G * d;
+        std::copy(obuf.data() + static_cast<size_t>(t) * G * d,
+                  obuf.data() + static_cast<size_t>(t + 1) * G * d, dst);
       }
     }
   });
@@ -397,8 +427,9 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
       continue;
     }
     const EntryPlan& plan = plans_[first.entry];
-    const std::vector<int32_t>* heads =
-        first.part == 0 ? nullptr : first.part == 1 ? &plan.rt_local[first.kv_head] : &plan.rt_retr[first.kv_head];
+    const std::vector<int32_t>* heads = first.part == 0   ? nullptr
+                                        : first.part == 1 ? &plan.rt_local[first.kv_head]
+                                                          : &plan.rt_retr[first.kv_head];
     const int rows = heads ? static_cast<int>(heads->size()) : G;
     float* o = part_o.data() + static_cast<size_t>(first.split) * G * d;
     float* m = part_m.data() + static_cast<size_t>(first.split) * G;
@@ -409,12 +440,15 @@ void Forward::attention_layer(int il, std::span<const BatchEntry> batch) {
          ++tj) {
       const int s = tasks[tj].split;
       merge_attn(o, m, l, part_o.data() + static_cast<size_t>(s) * G * d,
-                 part_m.data() + static_cast<size_t>(s) * G, part_l.data() + static_cast<size_t>(s) * G, rows, d);
+                 part_m.data() + static_cast<size_t>(s) * G,
+                 part_l.data() + static_cast<size_t>(s) * G, rows, d);
     }
     normalize_attn(o, l, rows, d);
-    float* dst = attn_.data() + entry_offset_[first.entry] * qd + static_cast<int64_t>(first.kv_head) * G * d;
+    float* dst = attn_.data() + entry_offset_[first.entry] * qd +
+                 static_cast<int64_t>(first.kv_head) * G * d;
     if (heads) {
-      for (int g = 0; g < rows; ++g) std::copy(o + int64_t{g} * d, o + int64_t{g + 1} * d, dst + int64_t{(*heads)[g]} * d);
+      for (int g = 0; g < rows; ++g)
+        std::copy(o + int64_t{g} * d, o + int64_t{g + 1} * d, dst + int64_t{(*heads)[g]} * d);
     } else {
       std::copy(o, o + G * d, dst);
     }

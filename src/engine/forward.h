@@ -41,7 +41,8 @@ class AttentionObserver {
 class Forward : public ModelRunner {
  public:
   // sketch: writes sketch keys of every appended token when the store keeps them.
-  Forward(const Model& model, ThreadPool& pool, KvStore& kv, const SketchProjection* sketch = nullptr);
+  Forward(const Model& model, ThreadPool& pool, KvStore& kv,
+          const SketchProjection* sketch = nullptr);
 
   // Runs the step. logits receives, entry by entry, the rows asked for: all tokens of an
   // entry with all_logits, else its last token ([n_rows, n_vocab] row-major).
@@ -75,8 +76,9 @@ class Forward : public ModelRunner {
   void attention_layer(int layer, std::span<const BatchEntry> batch);
   // What one entry reads in a full-attention layer under its sparse policy.
   struct EntryPlan {
-    bool active = false;   // read key sets instead of every key
-    bool compact = false;  // renumbered positions: key i of keys[h] at position i (re-rotated in attention)
+    bool active = false;  // read key sets instead of every key
+    bool compact =
+        false;  // renumbered positions: key i of keys[h] at position i (re-rotated in attention)
     std::vector<std::vector<int32_t>> keys;  // [n_kv_head] ascending stream indices
     // keep_rows: per KV head, the first n keys of keys[h] read from their contiguous copy
     // (KeySet::kept_k), or written to it while attention reads them (fill: a new selection);
@@ -99,7 +101,8 @@ class Forward : public ModelRunner {
   void plan_sparse(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
   // keep_rows: point plan.kept[hk] at the copy of its key set's first n keys made
   // for the selection `generation`; if there is none yet, this step's attention fills it.
-  void keep_rows(int layer, size_t entry, int32_t hk, int32_t n, uint32_t generation, bool compact, EntryPlan& plan);
+  void keep_rows(int layer, size_t entry, int32_t hk, int32_t n, uint32_t generation, bool compact,
+                 EntryPlan& plan);
   void write_sketches(int layer, std::span<const BatchEntry> batch);
   // RTPurbo (forward_rtpurbo.cpp): head split and the retrieval heads' decode key sets.
   void plan_rtpurbo(int layer, size_t entry, std::span<const KvHeadView> views, EntryPlan& plan);
@@ -128,8 +131,9 @@ class Forward : public ModelRunner {
   std::vector<KeySet> segs_;  // window_segments() of a local-head decode task
   std::vector<EntryPlan> plans_;
   std::vector<std::unique_ptr<RopeRotator>> rotators_;  // one per distinct RoPE base
-  std::vector<float> sc_logits_, sc_score_, sc_q_, sc_inv_;  // selection scratch (sc_inv_: 1 / each head's softmax sum)
-  std::vector<float> rt_logits_;                    // RTPurbo: indexer logits [items, candidates]
+  std::vector<float> sc_logits_, sc_score_, sc_q_,
+      sc_inv_;                    // selection scratch (sc_inv_: 1 / each head's softmax sum)
+  std::vector<float> rt_logits_;  // RTPurbo: indexer logits [items, candidates]
   MatmulScratch mm_;
   // activations, [n_tok, ...]
   std::vector<float> h_, x_, q_, k_, v_, attn_, tmp_, gate_, up_;

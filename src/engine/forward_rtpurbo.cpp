@@ -28,7 +28,8 @@ struct Item {
 // over a KV head's keys scores its G query heads at once. Returns the K bytes read.
 int64_t refine_exact(ThreadPool& pool, const float* q, int32_t d, int32_t G, float scale,
                      std::span<const KvHeadView> views, int32_t n_keys, int32_t c0, int32_t c1,
-                     const std::vector<Item>& items, const TopPParams& tp, std::vector<std::vector<int32_t>>& sels) {
+                     const std::vector<Item>& items, const TopPParams& tp,
+                     std::vector<std::vector<int32_t>>& sels) {
   const int32_t n = c1 - c0;
   int64_t bytes = 0;
   std::vector<char> mark(n);
@@ -64,7 +65,8 @@ int64_t refine_exact(ThreadPool& pool, const float* q, int32_t d, int32_t G, flo
       thread_local std::vector<int32_t> keep;
       for (int64_t k = a; k < z; ++k) {
         std::vector<int32_t>& sel = sels[i + k];
-        float* row = lg.data() + int64_t{items[i + k].g} * len;  // (the item's own row: overwritten)
+        float* row =
+            lg.data() + int64_t{items[i + k].g} * len;  // (the item's own row: overwritten)
         mass.resize(sel.size());
         for (size_t r = 0; r < sel.size(); ++r) mass[r] = row[pos[sel[r]]];
         float m = -INFINITY;
@@ -72,9 +74,11 @@ int64_t refine_exact(ThreadPool& pool, const float* q, int32_t d, int32_t G, flo
         for (int32_t t = n_lead; t < len; ++t) m = std::max(m, row[t]);
         for (float x : mass) m = std::max(m, x);
         // exp(x - m) in place, vectorised: the sinks, the window, the picks.
-        const double fixed = exp_shift_sum(row, c0, m) + exp_shift_sum(row + n_lead, len - n_lead, m);
+        const double fixed =
+            exp_shift_sum(row, c0, m) + exp_shift_sum(row + n_lead, len - n_lead, m);
         exp_shift_sum(mass.data(), static_cast<int64_t>(mass.size()), m);
-        top_p_select_beyond(mass.data(), static_cast<int32_t>(mass.size()), fixed, tp, keep, scratch);
+        top_p_select_beyond(mass.data(), static_cast<int32_t>(mass.size()), fixed, tp, keep,
+                            scratch);
         for (size_t r = 0; r < keep.size(); ++r) sel[r] = sel[keep[r]];  // keep is ascending
         sel.resize(keep.size());
       }
@@ -159,8 +163,9 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
       const int32_t key = static_cast<int32_t>(c0 + j);
       const int32_t run = svs[0].page_run(key, static_cast<int32_t>(c0 + z));
       for (int32_t it = 0; it < n_items; ++it) {
-        strided_scores(qi.data() + int64_t{it} * di, svs[it].sketch(key) + k_off[it], svs[it].sketch_stride(), run, di,
-                       1.0f, rt_logits_.data() + int64_t{it} * n + j);
+        strided_scores(qi.data() + int64_t{it} * di, svs[it].sketch(key) + k_off[it],
+                       svs[it].sketch_stride(), run, di, 1.0f,
+                       rt_logits_.data() + int64_t{it} * n + j);
       }
       j += run;
     }
@@ -171,13 +176,14 @@ void Forward::plan_rtpurbo(int il, size_t ei, std::span<const KvHeadView> views,
   pool_.parallel_for(n_items, 1, [&](int64_t a, int64_t z) {
     thread_local TopPScratch scratch;
     for (int64_t it = a; it < z; ++it) {
-      top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale * P.rt_gain, tp, sels[it], scratch);
+      top_p_select_logits(rt_logits_.data() + it * n, n, hp.attn_scale * P.rt_gain, tp, sels[it],
+                          scratch);
     }
   });
   if (P.rt_refine > 0.0f) {
     const TopPParams rp{P.rt_refine, P.min_keep, P.top_k};
-    sp.stats.bytes_read += refine_exact(pool_, q_.data() + entry_offset_[ei] * hp.q_dim(), d, G, hp.attn_scale, views,
-                                         n_keys, c0, c1, items, rp, sels);
+    sp.stats.bytes_read += refine_exact(pool_, q_.data() + entry_offset_[ei] * hp.q_dim(), d, G,
+                                        hp.attn_scale, views, n_keys, c0, c1, items, rp, sels);
   }
   std::vector<char> mark;
   for (int32_t it = 0; it < n_items;) {

@@ -30,12 +30,15 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
   if (model_.hp.layer_kind[il] != LayerKind::full) return;
   const int32_t ds = kv_.geometry().sketch_dim;
   if (ds == 0) return;
-  const bool jl = sketch_ && sketch_->enabled() && !sketch_->spec().indexer && ds == sketch_->spec().dim;
+  const bool jl =
+      sketch_ && sketch_->enabled() && !sketch_->spec().indexer && ds == sketch_->spec().dim;
   const ModelHParams& hp = model_.hp;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
     // The first new row of KV head h's stream (the streams of one layer may differ in length).
-    auto first_row = [&](int32_t h) { return kv_.stream_len(e.seq, stream_of(il, h)) - n_rows_[i]; };
+    auto first_row = [&](int32_t h) {
+      return kv_.stream_len(e.seq, stream_of(il, h)) - n_rows_[i];
+    };
     const HeadPlan* plan = e.sparse ? e.sparse->head_plan() : nullptr;
     if (plan && plan->has_indexer() && plan->d_idx == ds && keep_pre_) {
       // RTPurbo: the indexer key k_idx = k_preRoPE W_K of every KV head that has a W_K.
@@ -46,7 +49,8 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
         for (int32_t t = 0; t < n_rows_[i]; ++t) {
           const KvRowRef row = kv_.row(e.seq, stream_of(il, h), first + t);
           if (!row.sketch) continue;
-          const float* k = kpre_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim() + int64_t{h} * hp.head_dim;
+          const float* k = kpre_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim() +
+                           int64_t{h} * hp.head_dim;
           float* out = row.sketch + int64_t{head_in_stream(h)} * ds;
           std::fill(out, out + ds, 0.0f);
           for (int32_t r = 0; r < hp.head_dim; ++r) {
@@ -64,7 +68,8 @@ void Forward::write_sketches(int il, std::span<const BatchEntry> batch) {
       for (int32_t t = 0; t < n_rows_[i]; ++t) {
         const KvRowRef row = kv_.row(e.seq, stream_of(il, h), first + t);
         const float* k = k_.data() + (entry_offset_[i] + int64_t{t}) * hp.kv_dim();
-        sketch_->project(k + int64_t{h} * hp.head_dim, il, h, row.sketch + int64_t{head_in_stream(h)} * ds);
+        sketch_->project(k + int64_t{h} * hp.head_dim, il, h,
+                         row.sketch + int64_t{head_in_stream(h)} * ds);
       }
     }
   }
@@ -190,8 +195,10 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
     const bool use_cache = n_q == 1 && P.selection_cache && P.scorer != ScorerKind::quest;
     std::vector<float> fp;
     if (use_cache) {
-      std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d, sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
-      if (!unrotated) turn.rotate(q0.data(), heads_per_unit, -int64_t{pos_[off]});  // (pre-RoPE: turned already)
+      std::vector<float> q0(sc_q_.begin() + int64_t{h0} * d,
+                            sc_q_.begin() + int64_t{h0 + heads_per_unit} * d);
+      if (!unrotated)
+        turn.rotate(q0.data(), heads_per_unit, -int64_t{pos_[off]});  // (pre-RoPE: turned already)
       fp.assign(d, 0.0f);
       for (int32_t h = 0; h < heads_per_unit; ++h) {
         for (int32_t c = 0; c < d; ++c) fp[c] += q0[int64_t{h} * d + c] / heads_per_unit;
@@ -252,7 +259,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
           for (int32_t h = h0; h < h0 + heads_per_unit; ++h) {
             const int32_t hk = h / G;
             const int64_t base = ((b0 + b) * Hkv + hk) * int64_t{d};
-            s += scale * quest_bound(sc_q_.data() + int64_t{h} * d, L.bmin.data() + base, L.bmax.data() + base, d);
+            s += scale * quest_bound(sc_q_.data() + int64_t{h} * d, L.bmin.data() + base,
+                                     L.bmax.data() + base, d);
           }
           sc_score_[b] = s;
         }
@@ -278,7 +286,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       if (P.scorer == ScorerKind::sketch) {
         qs.resize(static_cast<size_t>(heads_per_unit) * ds);
         for (int32_t h = 0; h < heads_per_unit; ++h) {
-          sketch_->project(sc_q_.data() + int64_t{h0 + h} * d, il, (h0 + h) / G, qs.data() + int64_t{h} * ds);
+          sketch_->project(sc_q_.data() + int64_t{h0 + h} * d, il, (h0 + h) / G,
+                           qs.data() + int64_t{h} * ds);
         }
       }
       const KvSeqView sv = kv_.seq_view(e.seq, il);
@@ -287,7 +296,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
           for (int32_t hk = kv0; hk < kv1; ++hk) {
             const int32_t r0 = hk * G - h0;  // unit row of the KV head's first query head
             key_scores(sc_q_.data() + int64_t{hk} * G * d, G, d, scale, views[hk],
-                       KeySet{nullptr, 0, static_cast<int32_t>(c0 + a), static_cast<int32_t>(c0 + z), to_zero, 0, true},
+                       KeySet{nullptr, 0, static_cast<int32_t>(c0 + a),
+                              static_cast<int32_t>(c0 + z), to_zero, 0, true},
                        sc_logits_.data() + int64_t{r0} * n + a, n);
           }
         } else {
@@ -298,8 +308,9 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
             const int32_t run = sv.page_run(key, static_cast<int32_t>(c0 + z));
             const float* sk = sv.sketch(key);
             for (int32_t h = 0; h < heads_per_unit; ++h) {
-              strided_scores(qs.data() + int64_t{h} * ds, sk + int64_t{(h0 + h) / G} * ds, sv.sketch_stride(), run, ds,
-                             scale, sc_logits_.data() + int64_t{h} * n + j);
+              strided_scores(qs.data() + int64_t{h} * ds, sk + int64_t{(h0 + h) / G} * ds,
+                             sv.sketch_stride(), run, ds, scale,
+                             sc_logits_.data() + int64_t{h} * n + j);
             }
             j += run;
           }
@@ -327,7 +338,8 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
           }
         });
       } else {
-        aggregate_scores(sc_logits_.data(), heads_per_unit, n, P.aggregation, P.top_k, sc_score_.data());
+        aggregate_scores(sc_logits_.data(), heads_per_unit, n, P.aggregation, P.top_k,
+                         sc_score_.data());
       }
       if (P.evicts()) {
         const float w = 1.0f / static_cast<float>(H);
@@ -373,9 +385,11 @@ void Forward::plan_sparse(int il, size_t ei, std::span<const KvHeadView> views, 
       // The cached selection's sinks and picks (the set's first keys): the step that selects
       // them writes a copy as its attention reads them, and the steps that reuse them read it.
       const int32_t n_kept = c0 + static_cast<int32_t>(L.picked[u].size());
-      const bool keep = P.keep_rows == KeepRows::on || (P.keep_rows == KeepRows::auto_ && compact_now);
+      const bool keep =
+          P.keep_rows == KeepRows::on || (P.keep_rows == KeepRows::auto_ && compact_now);
       if (use_cache && keep && n_kept <= static_cast<int32_t>(keys.size())) {
-        for (int32_t hk = kv0; hk < kv1; ++hk) keep_rows(il, ei, hk, n_kept, L.generation[u], compact_now, plan);
+        for (int32_t hk = kv0; hk < kv1; ++hk)
+          keep_rows(il, ei, hk, n_kept, L.generation[u], compact_now, plan);
       }
     }
   }

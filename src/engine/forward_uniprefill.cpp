@@ -54,8 +54,8 @@ Status Forward::evict_dropped(int il, size_t i) {
   auto room = kv_.evict(e.seq, il, gone);
   if (!room) return room.error();
   if (!room->fits()) {
-    return make_error("uniprefill: the KV pool has no page to compact layer {} ({} pages missing)", il,
-                      room->n_pages_missing());
+    return make_error("uniprefill: the KV pool has no page to compact layer {} ({} pages missing)",
+                      il, room->n_pages_missing());
   }
   return {};
 }
@@ -86,7 +86,7 @@ void Forward::uniprefill_importance(int il, size_t i, std::vector<float>& imp) {
     for (int64_t task = next++; task < n_tasks; task = next++) {
       const int32_t h = static_cast<int32_t>(task / nq);
       const int32_t r = n_live - nq + static_cast<int32_t>(task % nq);  // live row
-      const int32_t n_vis = s0 + r + 1;                                  // causal: keys up to itself
+      const int32_t n_vis = s0 + r + 1;                                 // causal: keys up to itself
       s.resize(static_cast<size_t>(G) * n_vis);
       const float* q = q_.data() + (off + r) * hp.q_dim() + int64_t{h} * G * d;
       key_scores(q, G, d, hp.attn_scale, views[h], KeySet{nullptr, 0, 0, n_vis}, s.data(), n_vis);

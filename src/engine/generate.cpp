@@ -14,7 +14,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 constexpr int32_t kPageSize = 16;
 
-
 // Frees the sequence on every exit path.
 struct SeqGuard {
   KvStore& kv;
@@ -32,12 +31,14 @@ Generator::Generator(const Model& model, ThreadPool& pool, int32_t n_ctx, const 
 static bool same_layout(const std::vector<KvCapacity>& a, const std::vector<KvCapacity>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].kind != b[i].kind || a[i].window != b[i].window || a[i].n_sink != b[i].n_sink) return false;
+    if (a[i].kind != b[i].kind || a[i].window != b[i].window || a[i].n_sink != b[i].n_sink)
+      return false;
   }
   return true;
 }
 
-void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk, const std::vector<KvCapacity>& layout) {
+void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk,
+                           const std::vector<KvCapacity>& layout) {
   max_chunk_ = max_chunk;
   const ModelHParams& hp = model_.hp;
   fwd_.reset();
@@ -54,8 +55,7 @@ void Generator::make_store(const SketchSpec& sketch, int64_t max_chunk, const st
 }
 
 Status Generator::prefill(KvSeqId seq, std::span<const int32_t> prompt, int32_t n_batch,
-                          bool all_logits,
-                          const std::function<void(int64_t, int64_t)>& progress,
+                          bool all_logits, const std::function<void(int64_t, int64_t)>& progress,
                           std::vector<float>& logits, std::vector<float>* all, SparseSeq* sparse) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   for (int64_t i = kv_->n_tokens(seq); i < n; i += n_batch) {
@@ -99,14 +99,17 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
       return make_error("token id {} is outside the vocabulary [0, {})", t, model_.hp.n_vocab);
     }
   }
-  const PolicyConfig policy = opt.policy ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
-                                          : *make_policy("dense");
-  const int32_t n_batch = prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
+  const PolicyConfig policy = opt.policy
+                                  ? resolve_auto(*opt.policy, static_cast<int64_t>(prompt.size()))
+                                  : *make_policy("dense");
+  const int32_t n_batch =
+      prefill_chunk_for(policy, static_cast<int64_t>(prompt.size()), opt.n_batch);
   SIEVE_TRY(check_policy_for_model(policy, model_.hp));
   const SketchSpec want = sketch_spec_for(policy, model_.hp);
   // The store's layout follows the policy (rtpurbo: window-only layers without retrieval heads).
   const std::vector<KvCapacity> layout = kv_layout_for(&policy, model_.hp);
-  if ((want.dim > 0 && !(want == sketch_->spec())) || n_batch > max_chunk_ || !same_layout(layout, layout_)) {
+  if ((want.dim > 0 && !(want == sketch_->spec())) || n_batch > max_chunk_ ||
+      !same_layout(layout, layout_)) {
     const SketchSpec keep = want.dim > 0 ? want : sketch_->spec();
     make_store(keep, std::max<int64_t>(max_chunk_, n_batch), layout);
   }
@@ -124,7 +127,8 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
 
   std::vector<float> logits;
   const auto t0 = std::chrono::steady_clock::now();
-  SIEVE_TRY(prefill(added->seq, prompt, n_batch, false, opt.on_prefill_progress, logits, nullptr, sparse.get()));
+  SIEVE_TRY(prefill(added->seq, prompt, n_batch, false, opt.on_prefill_progress, logits, nullptr,
+                    sparse.get()));
   st.prefill_ms = ms_since(t0);
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
 
@@ -168,7 +172,8 @@ Result<GenerateStats> Generator::generate(std::span<const int32_t> prompt,
   st.n_layers_full = st.n_layers_window = 0;
   for (int32_t il = 0; il < kv_->geometry().n_layer; ++il) {
     bool full = false;
-    for (int32_t g = 0; g < G; ++g) full = full || !kv_->geometry().capacity[il * G + g].is_window();
+    for (int32_t g = 0; g < G; ++g)
+      full = full || !kv_->geometry().capacity[il * G + g].is_window();
     ++(full ? st.n_layers_full : st.n_layers_window);
   }
   st.n_streams_window = ks.n_stream_window;

@@ -18,8 +18,8 @@
 namespace sieve {
 
 struct GenerateOptions {
-  int32_t n_predict = 256;     // max tokens to generate (0: prefill only)
-  int32_t n_batch = 512;       // prefill chunk size
+  int32_t n_predict = 256;  // max tokens to generate (0: prefill only)
+  int32_t n_batch = 512;    // prefill chunk size
   SamplerParams sampling;
   bool stop_at_eog = true;
   PolicyPtr policy;  // sparse attention policy; nullptr: dense
@@ -33,19 +33,17 @@ struct GenerateStats {
   double prefill_ms = 0;
   double decode_ms = 0;
   int64_t kv_bytes = 0;
-  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
+  int64_t cached_tokens = 0;            // prompt tokens served by the prefix cache
   int64_t kv_bytes_per_token_full = 0;  // one more token of context, all full-attention layers
   int64_t kv_bytes_window_max = 0;      // bound on what the sliding-window layers hold
-  int32_t n_layers_full = 0;    // layers that keep every token in some KV stream
-  int32_t n_layers_window = 0;  // layers whose every KV stream keeps only a window
-  int32_t n_streams_window = 0; // KV streams (a layer, or one KV head of it) holding a window
+  int32_t n_layers_full = 0;            // layers that keep every token in some KV stream
+  int32_t n_layers_window = 0;          // layers whose every KV stream keeps only a window
+  int32_t n_streams_window = 0;  // KV streams (a layer, or one KV head of it) holding a window
   bool stopped_by_eog = false;
   std::string policy;  // the policy that ran (auto resolved)
   SparseStats sparse;
   double prefill_tok_s() const { return prefill_ms > 0 ? prompt_tokens * 1000.0 / prefill_ms : 0; }
-  double decode_tok_s() const {
-    return decode_ms > 0 ? completion_tokens * 1000.0 / decode_ms : 0;
-  }
+  double decode_tok_s() const { return decode_ms > 0 ? completion_tokens * 1000.0 / decode_ms : 0; }
 };
 
 class Generator {
@@ -70,7 +68,8 @@ class Generator {
                  std::vector<float>* all, class SparseSeq* sparse);
   // The store holds one sequence of n_ctx tokens, appended in chunks of up to max_chunk.
   // layout: per-stream capacities (kv_layout_for; empty = the model's).
-  void make_store(const SketchSpec& sketch, int64_t max_chunk, const std::vector<KvCapacity>& layout = {});
+  void make_store(const SketchSpec& sketch, int64_t max_chunk,
+                  const std::vector<KvCapacity>& layout = {});
 
   const Model& model_;
   ThreadPool& pool_;

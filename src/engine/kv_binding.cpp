@@ -5,19 +5,22 @@
 namespace sieve {
 
 int32_t layout_groups(const std::vector<KvCapacity>& layout, const ModelHParams& hp) {
-  return hp.n_layer > 0 && static_cast<int64_t>(layout.size()) == int64_t{hp.n_layer} * hp.n_head_kv &&
+  return hp.n_layer > 0 &&
+                 static_cast<int64_t>(layout.size()) == int64_t{hp.n_layer} * hp.n_head_kv &&
                  hp.n_head_kv > 1
              ? hp.n_head_kv
              : 1;
 }
 
-const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp, int32_t il, int32_t h) {
+const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp,
+                            int32_t il, int32_t h) {
   const int32_t G = layout_groups(layout, hp);  // 1 or n_head_kv
   return G == 1 ? layout[il] : layout[static_cast<size_t>(il) * G + h];
 }
 
 int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, int32_t page_size,
-                        int32_t sketch_dim, int64_t max_chunk, const std::vector<KvCapacity>* layout) {
+                        int32_t sketch_dim, int64_t max_chunk,
+                        const std::vector<KvCapacity>* layout) {
   const int32_t G = layout ? layout_groups(*layout, hp) : 1;
   // Per token per stream: K + V rows (f16) + sketch keys (f32) of the stream's heads + position.
   const int64_t token_bytes = (2LL * hp.kv_dim() * 2 + 4LL * sketch_dim * hp.n_head_kv) / G + 4;
@@ -66,7 +69,9 @@ KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t pag
   return c;
 }
 
-void HeadViewTables::clear() { used_ = 0; }
+void HeadViewTables::clear() {
+  used_ = 0;
+}
 
 KvHeadView HeadViewTables::make(const KvSeqView& sv, int32_t head) {
   // The stream's heads share one table (they differ in head_off): a layer's KV heads are made
@@ -95,7 +100,8 @@ KvHeadView HeadViewTables::make(const KvSeqView& sv, int32_t head) {
   v.pos_pages = t.pos.data();
   v.page_size = sv.page_size();
   v.row_stride = static_cast<int64_t>(sv.arenas->n_head) * sv.arenas->head_dim;
-  v.head_off = int64_t{head} * (sv.arenas->kv_row_bytes / sv.arenas->n_head) / int64_t{sizeof(uint16_t)};
+  v.head_off =
+      int64_t{head} * (sv.arenas->kv_row_bytes / sv.arenas->n_head) / int64_t{sizeof(uint16_t)};
   v.n_tokens = sv.n_tokens;
   return v;
 }

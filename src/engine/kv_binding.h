@@ -28,12 +28,14 @@ int64_t kv_budget_bytes(const ModelHParams& hp, int64_t n_ctx, int32_t n_seq, in
 // layers that keep other groups whole). layout_groups() says which (1 or n_head_kv),
 // layout_at() gives KV head h of layer il its capacity.
 int32_t layout_groups(const std::vector<KvCapacity>& layout, const ModelHParams& hp);
-const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp, int32_t il, int32_t h);
+const KvCapacity& layout_at(const std::vector<KvCapacity>& layout, const ModelHParams& hp,
+                            int32_t il, int32_t h);
 
 // KvConfig for a model: f16 K/V, one stream per layer (or per KV head, as the layout has it),
 // window capacity on sliding layers.
 KvConfig kv_config_for(const ModelHParams& hp, int64_t budget_bytes, int32_t page_size,
-                       const std::string& hash_salt, const std::vector<KvCapacity>* layout = nullptr);
+                       const std::string& hash_salt,
+                       const std::vector<KvCapacity>* layout = nullptr);
 
 // Page-pointer tables for the attention views of one step. Views stay valid until the next
 // clear() or the next mutating call on the store.

@@ -48,9 +48,11 @@ TEST(KvBudget, WindowLayersHoldOneChunk) {
   // Full-attention-only models need nothing extra.
   ModelHParams full = hp;
   full.layer_kind.assign(6, LayerKind::full);
-  EXPECT_EQ(kv_budget_bytes(full, n_ctx, 1, 16, 0, 16), kv_budget_bytes(full, n_ctx, 1, 16, 0, 1024));
+  EXPECT_EQ(kv_budget_bytes(full, n_ctx, 1, 16, 0, 16),
+            kv_budget_bytes(full, n_ctx, 1, 16, 0, 1024));
   // The chunk room is per step, not per sequence.
-  EXPECT_LT(kv_budget_bytes(hp, n_ctx, 4, 16, 0, 512), 4 * kv_budget_bytes(hp, n_ctx, 1, 16, 0, 512));
+  EXPECT_LT(kv_budget_bytes(hp, n_ctx, 4, 16, 0, 512),
+            4 * kv_budget_bytes(hp, n_ctx, 1, 16, 0, 512));
 }
 
 // The KV heads of one stream share its page tables and differ in head_off; every head of every
@@ -71,7 +73,9 @@ TEST(HeadViewTables, HeadsOfAStreamShareTablesAndReadTheirRows) {
   std::vector<int32_t> toks(40, 7);
   const KvAppend app{seq, std::span<const int32_t>(toks)};
   ASSERT_TRUE(kv.reserve(std::span<const KvAppend>(&app, 1)).value().fits());
-  auto code = [](int s, int j, int h, int x) { return static_cast<uint16_t>(((s * 64 + j) * 4 + h) * 8 + x); };
+  auto code = [](int s, int j, int h, int x) {
+    return static_cast<uint16_t>(((s * 64 + j) * 4 + h) * 8 + x);
+  };
   for (int s = 0; s < 2; ++s) {
     for (int j = 0; j < 40; ++j) {
       const KvRowRef r = kv.row(seq, s, j);

@@ -25,7 +25,7 @@
 namespace sieve {
 namespace {
 
-constexpr double kTop1Agreement = 0.99;   // fraction of decisive positions
+constexpr double kTop1Agreement = 0.99;  // fraction of decisive positions
 
 // |sieve - llama.cpp| over llama.cpp's top-10 logits at every position: bounds per model.
 // llama.cpp's flash-attention path vs its default path, same fixtures (2026-11-29):
@@ -61,7 +61,9 @@ nlohmann::json load_fixture(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-bool short_mode() { return std::getenv("SIEVE_TEST_SHORT") != nullptr; }
+bool short_mode() {
+  return std::getenv("SIEVE_TEST_SHORT") != nullptr;
+}
 
 // The model's logits and greedy continuations against the fixture; `scaling` (YaRN) is set
 // on the model first when given.
@@ -90,7 +92,9 @@ void check_golden(const std::string& model_name, const std::string& fixture,
     if (short_mode() && ids.size() > 64) continue;
     // Tokenizer: the same ids for the same text.
     const std::string text = p["text"].get<std::string>();
-    EXPECT_EQ(model.tokenizer->encode(text, p["add_bos"].get<bool>(), p["parse_special"].get<bool>()), ids)
+    EXPECT_EQ(
+        model.tokenizer->encode(text, p["add_bos"].get<bool>(), p["parse_special"].get<bool>()),
+        ids)
         << p["label"];
 
     auto lg = gen.prompt_logits(ids, 512);
@@ -103,7 +107,8 @@ void check_golden(const std::string& model_name, const std::string& fixture,
       const float* row = lg->data() + i * V;
       const auto& top = p["top10"][i];
       int32_t best = 0;
-      for (int64_t v = 1; v < V; ++v) if (row[v] > row[best]) best = static_cast<int32_t>(v);
+      for (int64_t v = 1; v < V; ++v)
+        if (row[v] > row[best]) best = static_cast<int32_t>(v);
       ++n_pos;
       const int32_t ref_best = top[0][0].get<int32_t>();
       const float ref_gap = top[0][1].get<float>() - top[1][1].get<float>();
@@ -152,10 +157,11 @@ void check_golden(const std::string& model_name, const std::string& fixture,
   const double agree = static_cast<double>(n_agree) / static_cast<double>(n_pos);
   const double decisive = static_cast<double>(n_decisive_agree) / static_cast<double>(n_decisive);
   const double mean_err = err_sum / static_cast<double>(err_n);
-  std::printf("[golden %s] positions %lld: top-1 agreement %.4f (all), %.4f (%lld decisive); "
-              "logit error mean %.4f max %.4f\n",
-              model_name.c_str(), static_cast<long long>(n_pos), agree, decisive,
-              static_cast<long long>(n_decisive), mean_err, err_max);
+  std::printf(
+      "[golden %s] positions %lld: top-1 agreement %.4f (all), %.4f (%lld decisive); "
+      "logit error mean %.4f max %.4f\n",
+      model_name.c_str(), static_cast<long long>(n_pos), agree, decisive,
+      static_cast<long long>(n_decisive), mean_err, err_max);
   EXPECT_GE(decisive, kTop1Agreement);
   EXPECT_LT(mean_err, bounds_for(model_name).mean);
   EXPECT_LT(err_max, bounds_for(model_name).max);

@@ -18,15 +18,15 @@ enum class FinishReason { none, stop, length, cancelled, error };
 const char* finish_reason_name(FinishReason r);
 
 struct RequestParams {
-  std::vector<int32_t> prompt;     // token ids (BOS included when the model wants one)
-  int32_t max_tokens = 256;        // generated tokens at most
+  std::vector<int32_t> prompt;  // token ids (BOS included when the model wants one)
+  int32_t max_tokens = 256;     // generated tokens at most
   SamplerParams sampling;
-  bool stop_at_eog = true;         // end-of-generation tokens finish the request
-  std::vector<std::string> stop;   // stop strings (may span tokens; never emitted)
-  bool logprobs = false;           // log-probability of each generated token
-  int32_t n_logprobs = 0;          // and of the top n alternatives (0: none)
-  PolicyPtr policy;                // sparse attention policy; nullptr: the engine's default
-  int32_t priority = 0;            // lower runs first (admission, prefill order); ties: arrival
+  bool stop_at_eog = true;        // end-of-generation tokens finish the request
+  std::vector<std::string> stop;  // stop strings (may span tokens; never emitted)
+  bool logprobs = false;          // log-probability of each generated token
+  int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
+  PolicyPtr policy;               // sparse attention policy; nullptr: the engine's default
+  int32_t priority = 0;           // lower runs first (admission, prefill order); ties: arrival
 };
 
 struct TokenLogprob {
@@ -37,21 +37,21 @@ struct TokenLogprob {
 // One event per generated token, then a final one (finished = true).
 struct RequestEvent {
   RequestId id = 0;
-  int32_t token = -1;              // -1 on the final event
-  std::string text;                // text released by this event (stop strings held back)
-  float logprob = 0;               // of `token`
-  std::vector<TokenLogprob> top;   // n_logprobs alternatives
+  int32_t token = -1;             // -1 on the final event
+  std::string text;               // text released by this event (stop strings held back)
+  float logprob = 0;              // of `token`
+  std::vector<TokenLogprob> top;  // n_logprobs alternatives
   bool finished = false;
   FinishReason reason = FinishReason::none;
-  std::string error;               // when reason == error
+  std::string error;  // when reason == error
   // Totals, on the final event.
   int32_t prompt_tokens = 0;
-  int32_t cached_tokens = 0;       // prompt tokens served by the prefix cache
+  int32_t cached_tokens = 0;  // prompt tokens served by the prefix cache
   int32_t completion_tokens = 0;
-  double ttft_ms = 0;              // submit -> first token
-  double queue_ms = 0;             // submit -> first admission (KV reserved, prefill may start)
+  double ttft_ms = 0;   // submit -> first token
+  double queue_ms = 0;  // submit -> first admission (KV reserved, prefill may start)
   int32_t n_preempted = 0;
-  std::string policy;              // the policy that ran (PolicyConfig::describe())
+  std::string policy;  // the policy that ran (PolicyConfig::describe())
   SparseStats sparse;
 };
 

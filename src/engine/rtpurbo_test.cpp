@@ -1,6 +1,6 @@
 // RTPurbo in the forward pass (docs/sparse.md "RTPurbo (head plan)"; the sinks + window kernel
-// option is tested in src/backend/cpu/attention_test.cpp): an all-local plan with a window covering the
-// context equals dense, the retrieval heads' indexer path selects keys and, given every
+// option is tested in src/backend/cpu/attention_test.cpp): an all-local plan with a window covering
+// the context equals dense, the retrieval heads' indexer path selects keys and, given every
 // candidate, equals dense; the policy asks for its head plan and layers without retrieval heads
 // keep only sinks + window in the KV store.
 #include <gtest/gtest.h>
@@ -21,7 +21,9 @@
 namespace sieve {
 namespace {
 
-std::vector<int32_t> prompt_of(const Model& m, int n_tokens) { return test_long_prompt(m, n_tokens); }
+std::vector<int32_t> prompt_of(const Model& m, int n_tokens) {
+  return test_long_prompt(m, n_tokens);
+}
 
 struct Out {
   std::vector<std::vector<float>> logits;
@@ -31,8 +33,9 @@ struct Out {
 
 // Chunked prefill then greedy decode in a store laid out for the policy (kv_layout_for), or
 // as `force_layout` says.
-Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec, const PolicyConfig* policy,
-        int threads = 2, const std::vector<KvCapacity>* force_layout = nullptr) {
+Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec,
+        const PolicyConfig* policy, int threads = 2,
+        const std::vector<KvCapacity>* force_layout = nullptr) {
   ThreadPool pool(threads);
   SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
   const std::vector<KvCapacity> layout = force_layout ? *force_layout : kv_layout_for(policy, m.hp);
@@ -62,7 +65,8 @@ Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec
     step(std::span<const int32_t>(prompt.data() + i, std::min<size_t>(chunk, prompt.size() - i)));
   }
   for (int g = 0; g < n_dec; ++g) {
-    toks.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    toks.push_back(
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
     step(std::span<const int32_t>(&toks.back(), 1));
   }
   r.kv_bytes = kv.seq_bytes(seq);
@@ -70,7 +74,9 @@ Out run(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_dec
   return r;
 }
 
-HeadShape shape_of(const Model& m) { return {m.hp.n_layer, m.hp.n_head, m.hp.n_head_kv, m.hp.head_dim}; }
+HeadShape shape_of(const Model& m) {
+  return {m.hp.n_layer, m.hp.n_head, m.hp.n_head_kv, m.hp.head_dim};
+}
 
 std::string save_tmp(const HeadPlan& plan, const char* name) {
   const std::string path = ::testing::TempDir() + name;
@@ -81,7 +87,8 @@ std::string save_tmp(const HeadPlan& plan, const char* name) {
 TEST(RtPurbo, PolicyNeedsAHeadPlan) {
   auto p = make_policy("rtpurbo", std::vector<std::string>{});
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.message().find("sieve calibrate -m MODEL --out heads.json"), std::string::npos) << p.message();
+  EXPECT_NE(p.message().find("sieve calibrate -m MODEL --out heads.json"), std::string::npos)
+      << p.message();
   auto bad = make_policy("rtpurbo", std::vector<std::string>{"head_plan=/nonexistent/heads.json"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("head_plan"), std::string::npos) << bad.message();
@@ -110,16 +117,19 @@ TEST(RtPurbo, AllLocalWideWindowEqualsDense) {
   const auto prompt = prompt_of(*m, n);
   const Out dense = run(*m, prompt, 64, 3, nullptr);
   const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_all_local.json");
-  auto p = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=100000"});
+  auto p =
+      make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=100000"});
   ASSERT_TRUE(p.ok()) << p.message();
   // Every layer is window-only (no retrieval head), with a window wider than the context.
   for (const KvCapacity& c : kv_layout_for(&*p, m->hp)) EXPECT_TRUE(c.is_window());
   const Out rt = run(*m, prompt, 64, 3, &*p);
   ASSERT_EQ(rt.logits.size(), dense.logits.size());
-  for (size_t s = 0; s < rt.logits.size(); ++s) EXPECT_LT(max_abs_diff(rt.logits[s], dense.logits[s]), 1e-5f) << s;
+  for (size_t s = 0; s < rt.logits.size(); ++s)
+    EXPECT_LT(max_abs_diff(rt.logits[s], dense.logits[s]), 1e-5f) << s;
   // A shape mismatch is an error, not a crash.
   HeadPlan other = HeadPlan::empty(HeadShape{3, 9, 3, 64});
-  auto q = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + save_tmp(other, "rt_other.json")});
+  auto q = make_policy("rtpurbo",
+                       std::vector<std::string>{"head_plan=" + save_tmp(other, "rt_other.json")});
   ASSERT_TRUE(q.ok());
   EXPECT_FALSE(check_head_plan_for(*q, m->hp).ok());
 }
@@ -130,7 +140,8 @@ TEST(RtPurbo, SmallWindowKeepsLessKvAndChangesOutput) {
   const auto prompt = prompt_of(*m, 200);
   const Out dense = run(*m, prompt, 64, 2, nullptr);
   const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_all_local2.json");
-  auto p = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=32", "rt_sinks=4"});
+  auto p = make_policy("rtpurbo",
+                       std::vector<std::string>{"head_plan=" + path, "rt_window=32", "rt_sinks=4"});
   ASSERT_TRUE(p.ok()) << p.message();
   const Out rt = run(*m, prompt, 64, 2, &*p);
   EXPECT_LT(rt.kv_bytes, dense.kv_bytes / 2);
@@ -160,17 +171,20 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
   const Out dense = run(*m, prompt, 64, 3, nullptr);
   const std::string path = save_tmp(identity_plan(*m), "rt_identity.json");
   // Every candidate selected (floor above the context): equals dense.
-  auto all = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
-                                                             "min_keep=100000", "top_k=100000"});
+  auto all = make_policy("rtpurbo",
+                         std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
+                                                  "min_keep=100000", "top_k=100000"});
   ASSERT_TRUE(all.ok()) << all.message();
   EXPECT_EQ(sketch_spec_for(*all, m->hp).dim, m->hp.head_dim);
   const Out full = run(*m, prompt, 64, 3, &*all);
-  for (size_t s = 0; s < full.logits.size(); ++s) EXPECT_LT(max_abs_diff(full.logits[s], dense.logits[s]), 1e-4f) << s;
+  for (size_t s = 0; s < full.logits.size(); ++s)
+    EXPECT_LT(max_abs_diff(full.logits[s], dense.logits[s]), 1e-4f) << s;
   EXPECT_GT(full.stats.layer_steps, 0);
   EXPECT_NEAR(full.stats.selected_fraction(), 1.0, 1e-9);
   // top-p 0.5: fewer tokens, still finite.
-  auto half = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
-                                                              "top_p=0.5", "min_keep=0"});
+  auto half =
+      make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16",
+                                                      "rt_sinks=4", "top_p=0.5", "min_keep=0"});
   ASSERT_TRUE(half.ok()) << half.message();
   const Out h = run(*m, prompt, 64, 3, &*half);
   EXPECT_GT(h.stats.layer_steps, 0);
@@ -198,7 +212,8 @@ TEST(RtPurbo, RetrievalHeadsSelectWithTheIndexer) {
   const Out s4 = with(save_tmp(scaled, "rt_identity_x4.json"), "1");
   EXPECT_EQ(s4.stats.mean_selected(), g4.stats.mean_selected());
   ASSERT_EQ(s4.logits.size(), g4.logits.size());
-  for (size_t s = 0; s < s4.logits.size(); ++s) EXPECT_LT(max_abs_diff(s4.logits[s], g4.logits[s]), 1e-5f) << s;
+  for (size_t s = 0; s < s4.logits.size(); ++s)
+    EXPECT_LT(max_abs_diff(s4.logits[s], g4.logits[s]), 1e-5f) << s;
 }
 
 // rt_refine: the indexer's picks re-scored exactly and cut by top-p with the sinks and window
@@ -221,7 +236,8 @@ TEST(RtPurbo, RefineCutsTheIndexerPicksByExactMass) {
     return run(*m, prompt, 64, 4, &*p);
   };
   const Out dense = run(*m, prompt, 64, 4, nullptr);
-  const std::vector<std::string> every{"top_p=1", "top_k=100000"};  // (no floor: it would bind the refinement too)
+  const std::vector<std::string> every{
+      "top_p=1", "top_k=100000"};  // (no floor: it would bind the refinement too)
   auto plus = [&](std::string knob) {
     std::vector<std::string> k = every;
     k.push_back(std::move(knob));
@@ -265,8 +281,9 @@ TEST(RtPurbo, LongDecodeListsSplitByKeys) {
   const auto prompt = prompt_of(*m, 720);
   const Out dense = run(*m, prompt, 256, 2, nullptr);
   const std::string path = save_tmp(identity_plan(*m), "rt_identity_long.json");
-  auto all = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
-                                                             "min_keep=100000", "top_k=100000"});
+  auto all = make_policy("rtpurbo",
+                         std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
+                                                  "min_keep=100000", "top_k=100000"});
   ASSERT_TRUE(all.ok()) << all.message();
   const Out full = run(*m, prompt, 256, 2, &*all);
   for (size_t s = prompt.size() / 256; s < full.logits.size(); ++s) {
@@ -274,11 +291,13 @@ TEST(RtPurbo, LongDecodeListsSplitByKeys) {
   }
   HeadPlan mixed = identity_plan(*m);
   for (int32_t il = 0; il < m->hp.n_layer; ++il) {
-    for (int32_t h = 0; h < m->hp.n_head; ++h) mixed.retrieval[int64_t{il} * m->hp.n_head + h] = h % 3 != 1;
+    for (int32_t h = 0; h < m->hp.n_head; ++h)
+      mixed.retrieval[int64_t{il} * m->hp.n_head + h] = h % 3 != 1;
   }
   const std::string mpath = save_tmp(mixed, "rt_mixed_long.json");
-  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=64", "rt_sinks=4",
-                                                            "top_p=0.99", "min_keep=600"});
+  auto rt =
+      make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=64",
+                                                      "rt_sinks=4", "top_p=0.99", "min_keep=600"});
   ASSERT_TRUE(rt.ok()) << rt.message();
   const Out two = run(*m, prompt, 256, 2, &*rt, 2);
   const Out one = run(*m, prompt, 256, 2, &*rt, 1);
@@ -287,8 +306,8 @@ TEST(RtPurbo, LongDecodeListsSplitByKeys) {
   for (size_t s = 0; s < two.logits.size(); ++s) ASSERT_EQ(two.logits[s], one.logits[s]) << s;
   // A local window wider than a segment: its decode tasks are split too (window_segments).
   // (mixed: every layer keeps KV heads 0 and 2 whole and windows KV head 1.)
-  auto wide = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=600", "rt_sinks=4",
-                                                              "top_p=0.9"});
+  auto wide = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + mpath, "rt_window=600",
+                                                              "rt_sinks=4", "top_p=0.9"});
   ASSERT_TRUE(wide.ok()) << wide.message();
   const Out wide2 = run(*m, prompt, 256, 2, &*wide, 2);
   const Out wide1 = run(*m, prompt, 256, 2, &*wide, 1);
@@ -311,8 +330,9 @@ TEST(RtPurbo, DecodeBesideADroppingPrefillReadsItsOwnQuery) {
   const auto prompt_b = prompt_of(*m, 200);
   const auto prompt_a = prompt_of(*m, 320);
   const std::string path = save_tmp(identity_plan(*m), "rt_identity_mixed.json");
-  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16", "rt_sinks=4",
-                                                            "top_p=0.5", "min_keep=0"});
+  auto rt =
+      make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=16",
+                                                      "rt_sinks=4", "top_p=0.5", "min_keep=0"});
   ASSERT_TRUE(rt.ok()) << rt.message();
   PolicyConfig up = *make_policy("uniprefill");
   up.up_min_prompt = 0;
@@ -342,9 +362,11 @@ TEST(RtPurbo, DecodeBesideADroppingPrefillReadsItsOwnQuery) {
       EXPECT_TRUE(st.ok()) << st.message();
     };
     step({BatchEntry{b, prompt_b, false, &sb}});
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     if (with_a) {
-      step({BatchEntry{a, prompt_a, false, &sa}, BatchEntry{b, std::span<const int32_t>(&next, 1), false, &sb}});
+      step({BatchEntry{a, prompt_a, false, &sa},
+            BatchEntry{b, std::span<const int32_t>(&next, 1), false, &sb}});
       EXPECT_GT(sa.stats.prefill_dropped, 0);
       return std::vector<float>(logits.begin() + m->hp.n_vocab, logits.end());
     }
@@ -363,7 +385,8 @@ TEST(RtPurbo, EngineDefaultKeepsWindowLayersAndRefusesDenseRequests) {
   auto m = test_smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const std::string path = save_tmp(HeadPlan::empty(shape_of(*m)), "rt_engine_all_local.json");
-  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64", "rt_sinks=4"});
+  auto rt = make_policy(
+      "rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64", "rt_sinks=4"});
   ASSERT_TRUE(rt.ok()) << rt.message();
   auto make_engine = [&](PolicyPtr def) {
     EngineConfig cfg;
@@ -416,11 +439,12 @@ TEST(RtPurbo, LocalKvHeadsOfMixedLayersKeepOnlyTheirWindow) {
   HeadPlan mixed = identity_plan(*m);
   const int32_t G = m->hp.n_gqa();
   for (int32_t il = 0; il < m->hp.n_layer; ++il) {
-    for (int32_t h = 0; h < m->hp.n_head; ++h) mixed.retrieval[int64_t{il} * m->hp.n_head + h] = h / G != 0;
+    for (int32_t h = 0; h < m->hp.n_head; ++h)
+      mixed.retrieval[int64_t{il} * m->hp.n_head + h] = h / G != 0;
   }
   const std::string path = save_tmp(mixed, "rt_kvhead_local.json");
-  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64", "rt_sinks=4",
-                                                            "top_p=0.9"});
+  auto rt = make_policy("rtpurbo", std::vector<std::string>{"head_plan=" + path, "rt_window=64",
+                                                            "rt_sinks=4", "top_p=0.9"});
   ASSERT_TRUE(rt.ok()) << rt.message();
   const std::vector<KvCapacity> layout = kv_layout_for(&*rt, m->hp);
   ASSERT_EQ(layout_groups(layout, m->hp), m->hp.n_head_kv);
@@ -440,8 +464,11 @@ TEST(RtPurbo, LocalKvHeadsOfMixedLayersKeepOnlyTheirWindow) {
   EXPECT_EQ(per_head.stats.selected_tokens, kept.stats.selected_tokens);
   // One KV head in three holds ~70 of 724 tokens.
   EXPECT_LT(per_head.kv_bytes, kept.kv_bytes * 3 / 4);
-  auto argmax = [](const std::vector<float>& l) { return std::max_element(l.begin(), l.end()) - l.begin(); };
-  const Out chunked = run(*m, prompt, 256, 4, &*rt, 2), chunked_kept = run(*m, prompt, 256, 4, &*rt, 2, &whole);
+  auto argmax = [](const std::vector<float>& l) {
+    return std::max_element(l.begin(), l.end()) - l.begin();
+  };
+  const Out chunked = run(*m, prompt, 256, 4, &*rt, 2),
+            chunked_kept = run(*m, prompt, 256, 4, &*rt, 2, &whole);
   for (size_t s = 0; s < chunked.logits.size(); ++s) {
     EXPECT_EQ(argmax(chunked.logits[s]), argmax(chunked_kept.logits[s])) << s;
   }

@@ -11,7 +11,8 @@ Status validate(const SamplerParams& p) {
   if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
     return make_error("temperature {} is outside [0, 100]", p.temperature);
   if (!(p.top_p > 0.0f) || p.top_p > 1.0f) return make_error("top_p {} is outside (0, 1]", p.top_p);
-  if (!(p.min_p >= 0.0f) || p.min_p > 1.0f) return make_error("min_p {} is outside [0, 1]", p.min_p);
+  if (!(p.min_p >= 0.0f) || p.min_p > 1.0f)
+    return make_error("min_p {} is outside [0, 1]", p.min_p);
   if (p.top_k < 0) return make_error("top_k {} is negative (0 disables it)", p.top_k);
   if (!(p.repeat_penalty > 0.0f) || p.repeat_penalty > 10.0f)
     return make_error("repeat_penalty {} is outside (0, 10]", p.repeat_penalty);
@@ -48,8 +49,8 @@ int32_t argmax(std::span<const float> logits) {
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  const bool penalties = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f ||
-                         p_.frequency_penalty != 0.0f;
+  const bool penalties =
+      p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
   std::span<const float> l = logits;
   if (penalties) {
     work_.assign(logits.begin(), logits.end());

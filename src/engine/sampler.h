@@ -14,13 +14,14 @@ namespace sieve {
 
 struct SamplerParams {
   float temperature = 0.8f;
-  int32_t top_k = 40;            // <= 0: off
-  float top_p = 0.95f;           // >= 1: off
-  float min_p = 0.05f;           // <= 0: off
-  float repeat_penalty = 1.0f;   // 1: off (llama.cpp style: divide positive logits, multiply negative)
-  float presence_penalty = 0.0f; // OpenAI style, subtracted once per seen token
-  float frequency_penalty = 0.0f;// OpenAI style, subtracted per occurrence
-  int32_t penalty_last_n = 64;   // how many recent tokens the penalties look at (-1: all)
+  int32_t top_k = 40;   // <= 0: off
+  float top_p = 0.95f;  // >= 1: off
+  float min_p = 0.05f;  // <= 0: off
+  float repeat_penalty =
+      1.0f;  // 1: off (llama.cpp style: divide positive logits, multiply negative)
+  float presence_penalty = 0.0f;   // OpenAI style, subtracted once per seen token
+  float frequency_penalty = 0.0f;  // OpenAI style, subtracted per occurrence
+  int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1: all)
   uint64_t seed = 0xC0FFEE;
 };
 

@@ -10,7 +10,9 @@
 namespace sieve {
 namespace {
 
-std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
+std::vector<float> logits_of(std::initializer_list<float> v) {
+  return std::vector<float>(v);
+}
 
 TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   SamplerParams p;
@@ -35,7 +37,9 @@ TEST(Sampler, ArgmaxMatchesAFirstGreaterScan) {
     std::vector<float> v(1 + rng() % 70);
     for (float& x : v) {
       const uint32_t r = rng() % 9;
-      x = r == 0 ? std::nanf("") : r == 1 ? -0.0f : static_cast<float>(static_cast<int>(rng() % 5) - 2);
+      x = r == 0   ? std::nanf("")
+          : r == 1 ? -0.0f
+                   : static_cast<float>(static_cast<int>(rng() % 5) - 2);
     }
     ASSERT_EQ(argmax(v), scan(v)) << "row " << t;
   }

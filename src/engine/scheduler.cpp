@@ -10,11 +10,16 @@ namespace sieve {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
-    default: return "none";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
+    default:
+      return "none";
   }
 }
 
@@ -28,15 +33,15 @@ struct Scheduler::Req {
   int32_t n_generated = 0;
   bool has_seq = false;
   KvSeqId seq = 0;
-  int32_t cached_tokens = 0;    // from the prefix cache at first admission
+  int32_t cached_tokens = 0;  // from the prefix cache at first admission
   bool admitted_once = false;
   bool cancelled = false;
   bool done = false;
   int32_t n_preempted = 0;
-  std::string held;             // generated text not yet released (stop-string prefix, UTF-8 tail)
-  PolicyConfig policy;          // resolved (auto -> a preset) at submit
+  std::string held;     // generated text not yet released (stop-string prefix, UTF-8 tail)
+  PolicyConfig policy;  // resolved (auto -> a preset) at submit
   std::unique_ptr<SparseSeq> sparse;  // nullptr for dense; rebuilt at every admission
-  int64_t kv_bytes = 0;         // KV held at the last step
+  int64_t kv_bytes = 0;               // KV held at the last step
   std::chrono::steady_clock::time_point t_submit;
   double ttft_ms = 0;
   double queue_ms = 0;   // submit -> first admission
@@ -72,8 +77,8 @@ Scheduler::Scheduler(const Model& model, ThreadPool& pool, KvStore& kv, const Sc
   normalize_config();
 }
 
-Scheduler::Scheduler(const Model& model, ModelRunner& runner, KvStore& kv, const SchedulerConfig& cfg,
-                     const SketchProjection* sketch)
+Scheduler::Scheduler(const Model& model, ModelRunner& runner, KvStore& kv,
+                     const SchedulerConfig& cfg, const SketchProjection* sketch)
     : model_(model), kv_(kv), cfg_(cfg), sketch_(sketch), runner_(runner) {
   normalize_config();
 }
@@ -107,13 +112,17 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
   r->tokens = params.prompt;
   r->p = std::move(params);
   std::string err;
-  if (r->p.prompt.empty()) err = "the prompt is empty";
+  if (r->p.prompt.empty())
+    err = "the prompt is empty";
   else if (r->n_prompt >= cfg_.n_ctx)
-    err = fmt::format("the prompt has {} tokens; the context is {} (context_length_exceeded)", r->n_prompt, cfg_.n_ctx);
-  else if (r->p.max_tokens < 0) err = "max_tokens must be >= 0";
-  else if (Status s = validate(r->p.sampling); !s) err = s.message();
+    err = fmt::format("the prompt has {} tokens; the context is {} (context_length_exceeded)",
+                      r->n_prompt, cfg_.n_ctx);
+  else if (r->p.max_tokens < 0)
+    err = "max_tokens must be >= 0";
+  else if (Status s = validate(r->p.sampling); !s)
+    err = s.message();
   else {
-    const PolicyConfig base = r->p.policy ? *r->p.policy
+    const PolicyConfig base = r->p.policy           ? *r->p.policy
                               : cfg_.default_policy ? *cfg_.default_policy
                                                     : *make_policy("auto");
     r->policy = resolve_auto(base, r->n_prompt);
@@ -139,8 +148,10 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
 }
 
 void Scheduler::cancel(RequestId id) {
-  for (auto& r : waiting_) if (r->id == id) r->cancelled = true;
-  for (auto& r : running_) if (r->id == id) r->cancelled = true;
+  for (auto& r : waiting_)
+    if (r->id == id) r->cancelled = true;
+  for (auto& r : running_)
+    if (r->id == id) r->cancelled = true;
 }
 
 void Scheduler::release_kv(Req& r) {
@@ -170,8 +181,10 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.policy = r.policy.describe();
   if (r.sparse) ev.sparse = r.sparse->stats;
   ev.sparse.kv_bytes_held = r.kv_bytes;
-  if (reason == FinishReason::cancelled) stats_.cancelled++;
-  else stats_.finished++;
+  if (reason == FinishReason::cancelled)
+    stats_.cancelled++;
+  else
+    stats_.finished++;
   if (r.cb) r.cb(ev);
 }
 
@@ -238,7 +251,8 @@ void Scheduler::admit() {
       (void)kv_.free_sequence(added->seq);
       if (running_.empty()) {
         finish(r, FinishReason::error,
-               room ? fmt::format("the prompt needs {} KV pages but the pool has only {}; raise the KV memory budget",
+               room ? fmt::format("the prompt needs {} KV pages but the pool has only {}; raise "
+                                  "the KV memory budget",
                                   room->n_pages_needed, room->n_pages_available)
                     : room.message());
         waiting_.pop_front();
@@ -287,13 +301,16 @@ void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
       std::vector<int32_t> ids(V);
       for (int32_t v = 0; v < V; ++v) ids[v] = v;
       const int32_t k = std::min(r.p.n_logprobs, V);
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                        [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
       for (int32_t i = 0; i < k; ++i) ev.top.push_back({ids[i], logits[ids[i]] - lse});
     }
   }
   if (r.n_generated == 1) {
-    r.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.t_submit).count();
+    r.ttft_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.t_submit)
+            .count();
   }
   const bool eog = r.p.stop_at_eog && model_.tokenizer->is_eog(tok);
   if (!eog) r.held += model_.tokenizer->token_to_piece(tok);
@@ -323,16 +340,22 @@ void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
   // back off to a UTF-8 boundary
   size_t i = cut;
   int back = 0;
-  while (i > 0 && back < 4 && (static_cast<unsigned char>(r.held[i - 1]) & 0xC0) == 0x80) --i, ++back;
+  while (i > 0 && back < 4 && (static_cast<unsigned char>(r.held[i - 1]) & 0xC0) == 0x80)
+    --i, ++back;
   if (i > 0) {
     const unsigned char c = static_cast<unsigned char>(r.held[i - 1]);
-    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const size_t len = c < 0x80         ? 1
+                       : (c >> 5) == 6  ? 2
+                       : (c >> 4) == 14 ? 3
+                       : (c >> 3) == 30 ? 4
+                                        : 1;
     if (cut - (i - 1) < len) cut = i - 1;
   }
   ev.text = r.held.substr(0, cut);
   r.held.erase(0, cut);
   if (r.cb) r.cb(ev);
-  if (eog) finish(r, FinishReason::stop);
+  if (eog)
+    finish(r, FinishReason::stop);
   else if (r.n_generated >= r.p.max_tokens || static_cast<int32_t>(r.tokens.size()) >= cfg_.n_ctx)
     finish(r, FinishReason::length);
 }
@@ -412,7 +435,8 @@ bool Scheduler::step() {
     Req* victim = running_.back().get();
     if (running_.size() == 1) {
       finish(*victim, FinishReason::error,
-             fmt::format("the KV pool is too small for this request ({} pages missing); raise the KV memory budget",
+             fmt::format("the KV pool is too small for this request ({} pages missing); raise the "
+                         "KV memory budget",
                          room->n_pages_missing()));
       running_.clear();
       return true;
@@ -433,8 +457,8 @@ bool Scheduler::step() {
   const auto t_step = std::chrono::steady_clock::now();
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
-    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false,
-                     it.r->sparse.get()});
+    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n),
+                     false, it.r->sparse.get()});
   }
   Status s = runner_.run(batch, logits_);
   stats_.steps++;
@@ -453,7 +477,8 @@ bool Scheduler::step() {
     }
     r.kv_bytes = kv_bytes_held(kv_, r.seq, r.sparse.get());
     (void)kv_.publish(r.seq);
-    if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size())) continue;  // more prompt
+    if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size()))
+      continue;                 // more prompt
     if (r.cancelled) continue;  // reaped next step
     const float* row = logits_.data() + i * static_cast<size_t>(model_.hp.n_vocab);
     const int32_t tok = r.sampler->sample(std::span<const float>(row, model_.hp.n_vocab), r.tokens);

@@ -5,21 +5,25 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <set>
 #include <random>
+#include <set>
 
 #include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/scheduler.h"
-#include "engine/engine_test_util.h"
 #include "gguf/test_models.h"
 
 namespace sieve {
 namespace {
 
-std::shared_ptr<const Model> smollm2() { return test_smollm2(); }
-bool short_mode() { return test_short_mode(); }
+std::shared_ptr<const Model> smollm2() {
+  return test_smollm2();
+}
+bool short_mode() {
+  return test_short_mode();
+}
 
 std::vector<int32_t> prompt_of(const Model& m, int i) {
   static const char* texts[] = {
@@ -47,7 +51,8 @@ TEST(Forward, MixedBatchEqualsSingleSequences) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   ThreadPool pool(2);
   // Three sequences: a long prefill chunk, a short one, and one decoding after a prompt.
-  std::vector<std::vector<int32_t>> prompts = {prompt_of(*m, 12), prompt_of(*m, 1), prompt_of(*m, 2)};
+  std::vector<std::vector<int32_t>> prompts = {prompt_of(*m, 12), prompt_of(*m, 1),
+                                               prompt_of(*m, 2)};
   // single runs
   std::vector<std::vector<float>> single;
   for (auto& p : prompts) {
@@ -75,11 +80,14 @@ TEST(Forward, MixedBatchEqualsSingleSequences) {
     BatchEntry e{seqs[2], std::span<const int32_t>(prompts[2]).first(split), true};
     ASSERT_TRUE(f.run(std::span<const BatchEntry>(&e, 1), lg).ok());
   }
-  std::vector<KvAppend> apps = {{seqs[0], prompts[0]}, {seqs[1], prompts[1]},
+  std::vector<KvAppend> apps = {{seqs[0], prompts[0]},
+                                {seqs[1], prompts[1]},
                                 {seqs[2], std::span<const int32_t>(prompts[2]).subspan(split)}};
   ASSERT_TRUE(kv.reserve(apps)->fits());
-  std::vector<BatchEntry> batch = {{seqs[0], prompts[0], true}, {seqs[1], prompts[1], true},
-                                   {seqs[2], std::span<const int32_t>(prompts[2]).subspan(split), false}};
+  std::vector<BatchEntry> batch = {
+      {seqs[0], prompts[0], true},
+      {seqs[1], prompts[1], true},
+      {seqs[2], std::span<const int32_t>(prompts[2]).subspan(split), false}};
   std::vector<float> lg;
   ASSERT_TRUE(f.run(batch, lg).ok());
   const size_t V = m->hp.n_vocab;
@@ -133,8 +141,11 @@ TEST(Scheduler, ConcurrentGreedyEqualsSingleRuns) {
     p.max_tokens = 12;
     p.sampling.temperature = 0;
     p.stop_at_eog = false;
-    s1.submit(p, [&](const RequestEvent& e) { if (e.token >= 0) ref[i].push_back(e.token); });
-    while (s1.step()) {}
+    s1.submit(p, [&](const RequestEvent& e) {
+      if (e.token >= 0) ref[i].push_back(e.token);
+    });
+    while (s1.step()) {
+    }
   }
   KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 512, n_req, 16), false);
   Scheduler s(*m, pool, kv, sc);
@@ -384,7 +395,8 @@ TEST(Scheduler, StopStringsSpanTokensAndAreNeverEmitted) {
   p.sampling.temperature = 0;
   p.stop_at_eog = false;
   s.submit(p, [&](const RequestEvent& e) { full += e.text; });
-  while (s.step()) {}
+  while (s.step()) {
+  }
   ASSERT_GT(full.size(), 12u);
   const std::string stop = full.substr(full.size() / 2, 5);
   std::string got;
@@ -394,7 +406,8 @@ TEST(Scheduler, StopStringsSpanTokensAndAreNeverEmitted) {
     got += e.text;
     if (e.finished) reason = e.reason;
   });
-  while (s.step()) {}
+  while (s.step()) {
+  }
   EXPECT_EQ(reason, FinishReason::stop);
   EXPECT_EQ(got, full.substr(0, full.find(stop)));
 }

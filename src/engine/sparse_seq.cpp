@@ -17,7 +17,8 @@ SparseSeq::SparseSeq(PolicyConfig resolved, const ModelHParams& hp)
       plan_ok_(policy_.uses_head_plan() && check_head_plan_for(policy_, hp).ok()),
       n_kv_head_(hp.n_head_kv),
       layers_(hp.n_layer),
-      kept_slot_rows_(policy_.top_k > 0 ? policy_.sinks + policy_.top_k + std::max(policy_.block, 1) - 1 : 0) {
+      kept_slot_rows_(
+          policy_.top_k > 0 ? policy_.sinks + policy_.top_k + std::max(policy_.block, 1) - 1 : 0) {
   reset();
 }
 
@@ -41,7 +42,8 @@ int64_t SparseSeq::kept_bytes() const {
   for (const SparseLayerState& L : layers_) {
     for (const auto& r : L.kept) {
       if (r.k == nullptr) continue;
-      b += r.spill.empty() ? int64_t{kept_slot_rows_} * head_dim_ * 2 * 2 : static_cast<int64_t>(r.spill.capacity()) * 2;
+      b += r.spill.empty() ? int64_t{kept_slot_rows_} * head_dim_ * 2 * 2
+                           : static_cast<int64_t>(r.spill.capacity()) * 2;
     }
   }
   return b;
@@ -52,10 +54,12 @@ void SparseSeq::kept_storage(int32_t il, int32_t hk, int32_t n) {
   const int64_t slot_elems = int64_t{kept_slot_rows_} * head_dim_;
   if (n <= kept_slot_rows_) {
     if (kept_arena_.empty()) {
-      kept_arena_ = HugeBuffer(static_cast<size_t>(layers_.size()) * n_kv_head_ * 2 * slot_elems * 2);
+      kept_arena_ =
+          HugeBuffer(static_cast<size_t>(layers_.size()) * n_kv_head_ * 2 * slot_elems * 2);
     }
     if (!kept_arena_.empty()) {
-      auto* base = reinterpret_cast<uint16_t*>(kept_arena_.data()) + (int64_t{il} * n_kv_head_ + hk) * 2 * slot_elems;
+      auto* base = reinterpret_cast<uint16_t*>(kept_arena_.data()) +
+                   (int64_t{il} * n_kv_head_ + hk) * 2 * slot_elems;
       r.k = base;
       r.v = base + slot_elems;
       std::vector<uint16_t>().swap(r.spill);
@@ -73,9 +77,12 @@ int64_t kv_bytes_held(const KvStore& kv, KvSeqId seq, const SparseSeq* sp) {
 
 bool SparseSeq::compact(int32_t n_tokens) const {
   switch (policy_.positions) {
-    case PositionMode::compact: return true;
-    case PositionMode::original: return false;
-    case PositionMode::auto_: return n_ctx_train_ > 0 && n_tokens > n_ctx_train_;
+    case PositionMode::compact:
+      return true;
+    case PositionMode::original:
+      return false;
+    case PositionMode::auto_:
+      return n_ctx_train_ > 0 && n_tokens > n_ctx_train_;
   }
   return false;
 }
@@ -108,16 +115,19 @@ Status check_head_plan_for(const PolicyConfig& p, const ModelHParams& hp) {
   if (!p.uses_head_plan()) return {};
   SIEVE_TRY(check_policy_complete(p));
   if (Status st = check_head_plan_shape(*p.plan, head_shape_of(hp)); !st) {
-    return make_error("head plan '{}': {} (calibrate it for this model: sieve calibrate -m MODEL --out heads.json)",
-                      p.head_plan, st.message());
+    return make_error(
+        "head plan '{}': {} (calibrate it for this model: sieve calibrate -m MODEL --out "
+        "heads.json)",
+        p.head_plan, st.message());
   }
   return {};
 }
 
 Status check_sketch_basis_shape(const SketchBasis& b, const ModelHParams& hp) {
   if (b.n_layer != hp.n_layer || b.n_kv_head != hp.n_head_kv || b.head_dim != hp.head_dim) {
-    return make_error("the sketch basis is for {} layers x {} KV heads x head_dim {}, the model has {} x {} x {}",
-                      b.n_layer, b.n_kv_head, b.head_dim, hp.n_layer, hp.n_head_kv, hp.head_dim);
+    return make_error(
+        "the sketch basis is for {} layers x {} KV heads x head_dim {}, the model has {} x {} x {}",
+        b.n_layer, b.n_kv_head, b.head_dim, hp.n_layer, hp.n_head_kv, hp.head_dim);
   }
   for (int32_t il = 0; il < hp.n_layer; ++il) {
     if (hp.layer_kind[il] == LayerKind::full && !b.fitted[il]) {
@@ -131,8 +141,10 @@ Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp) {
   SIEVE_TRY(check_head_plan_for(p, hp));
   if (p.basis && p.scorer == ScorerKind::sketch) {
     if (Status st = check_sketch_basis_shape(*p.basis, hp); !st) {
-      return make_error("sketch basis '{}': {} (fit one for this model: sieve calibrate -m MODEL --sketch-basis --out basis.json)",
-                        p.sketch_basis, st.message());
+      return make_error(
+          "sketch basis '{}': {} (fit one for this model: sieve calibrate -m MODEL --sketch-basis "
+          "--out basis.json)",
+          p.sketch_basis, st.message());
     }
   }
   return {};
@@ -141,7 +153,8 @@ Status check_policy_for_model(const PolicyConfig& p, const ModelHParams& hp) {
 std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams& hp) {
   std::vector<KvCapacity> caps;
   for (LayerKind k : hp.layer_kind) {
-    caps.push_back(k == LayerKind::sliding ? KvCapacity::sliding(hp.sliding_window) : KvCapacity::full());
+    caps.push_back(k == LayerKind::sliding ? KvCapacity::sliding(hp.sliding_window)
+                                           : KvCapacity::full());
   }
   if (!p || !p->uses_head_plan() || !check_head_plan_for(*p, hp).ok()) return caps;
   const int32_t w = rt_window_for(*p, hp);
@@ -158,8 +171,10 @@ std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams&
     if (hp.layer_kind[il] != LayerKind::full) continue;
     int32_t n_local = 0;
     for (int32_t h = 0; h < Hkv; ++h) n_local += local_group(il, h);
-    if (n_local == Hkv) caps[il] = KvCapacity::sliding(w, p->rt_sinks);
-    else if (n_local > 0) per_head = true;
+    if (n_local == Hkv)
+      caps[il] = KvCapacity::sliding(w, p->rt_sinks);
+    else if (n_local > 0)
+      per_head = true;
   }
   if (!per_head) return caps;
   std::vector<KvCapacity> streams;
@@ -172,14 +187,17 @@ std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams&
   return streams;
 }
 
-Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have) {
+Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp,
+                               const std::vector<KvCapacity>& have) {
   if (have.empty()) return {};
   const std::vector<KvCapacity> want = kv_layout_for(&p, hp);
   const bool grouped = layout_groups(have, hp) > 1;
   if (grouped && !p.uses_head_plan()) {
     return make_error(
-        "policy '{}' cannot run on this engine: its KV store keeps one stream per KV head (the default "
-        "policy's head plan windows some KV heads of layers it keeps); send rtpurbo requests with that head "
+        "policy '{}' cannot run on this engine: its KV store keeps one stream per KV head (the "
+        "default "
+        "policy's head plan windows some KV heads of layers it keeps); send rtpurbo requests with "
+        "that head "
         "plan, or start another engine for this policy",
         p.preset);
   }
@@ -190,10 +208,14 @@ Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, co
       if (!h.is_window()) continue;
       if (!w.is_window() || w.window > h.window || w.n_sink > h.n_sink) {
         return make_error(
-            "policy '{}' reads {} on layer {} (KV head {}), but this engine keeps only {} sinks + a {}-token "
-            "window there (its default policy's head plan has no retrieval head on it); send requests with "
+            "policy '{}' reads {} on layer {} (KV head {}), but this engine keeps only {} sinks + "
+            "a {}-token "
+            "window there (its default policy's head plan has no retrieval head on it); send "
+            "requests with "
             "that policy and head plan, or start another engine for this one",
-            p.preset, w.is_window() ? fmt::format("{} sinks + a {}-token window", w.n_sink, w.window) : "every key",
+            p.preset,
+            w.is_window() ? fmt::format("{} sinks + a {}-token window", w.n_sink, w.window)
+                          : "every key",
             il, kh, h.n_sink, h.window);
       }
     }
@@ -227,14 +249,18 @@ SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp) {
   return s;
 }
 
-Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have) {
+Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp,
+                               const SketchSpec& have) {
   const SketchSpec want = sketch_spec_for(p, hp);
   if (want.dim == 0 || want == have) return {};
   if (want.indexer) {
     return make_error(
-        "policy '{}' scores with the head plan's indexer keys (d_idx {}), but this engine's KV store "
-        "keeps {}; start the engine with this policy as its default so that indexer keys are written",
-        p.preset, want.dim, have.dim == 0 ? "none" : (have.indexer ? "another plan's" : "JL sketches"));
+        "policy '{}' scores with the head plan's indexer keys (d_idx {}), but this engine's KV "
+        "store "
+        "keeps {}; start the engine with this policy as its default so that indexer keys are "
+        "written",
+        p.preset, want.dim,
+        have.dim == 0 ? "none" : (have.indexer ? "another plan's" : "JL sketches"));
   }
   if (have.dim == 0) {
     return make_error(
@@ -244,7 +270,8 @@ Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, co
   }
   if (want.basis_path != have.basis_path) {
     return make_error(
-        "policy '{}' ranks with sketch basis '{}', but the KV store's sketch keys were made with '{}'; "
+        "policy '{}' ranks with sketch basis '{}', but the KV store's sketch keys were made with "
+        "'{}'; "
         "sketch knobs are fixed when the engine starts",
         p.preset, want.basis_path.empty() ? "random" : want.basis_path,
         have.basis_path.empty() ? "random" : have.basis_path);
@@ -259,9 +286,10 @@ Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHPa
   const PolicyConfig& p = sp.policy();
   if (!p.evicts()) return {};
   if (kv.geometry().n_head_group > 1) {
-    return make_error("policy '{}' evicts whole layers' tokens, but this KV store keeps one stream per KV head "
-                      "(an rtpurbo head plan's layout); use a store made for this policy",
-                      p.preset);
+    return make_error(
+        "policy '{}' evicts whole layers' tokens, but this KV store keeps one stream per KV head "
+        "(an rtpurbo head plan's layout); use a store made for this policy",
+        p.preset);
   }
   // Hysteresis: once a stream passes the budget it is cut a few pages below it, so the
   // compaction does not run on every decode step.
@@ -274,8 +302,8 @@ Status sparse_after_step(KvStore& kv, KvSeqId seq, SparseSeq& sp, const ModelHPa
     SparseLayerState& L = sp.layer(il);
     L.importance.resize(n, 0.0f);
     const int32_t target = std::max(floor_budget, p.kv_budget - kSlack);
-    const std::vector<int32_t> drop = plan_eviction(L.importance.data(), n, p.memory, target, p.sinks,
-                                                    p.local, p.keep_mass, p.evict_floor);
+    const std::vector<int32_t> drop = plan_eviction(L.importance.data(), n, p.memory, target,
+                                                    p.sinks, p.local, p.keep_mass, p.evict_floor);
     if (drop.empty()) continue;
     auto room = kv.evict(seq, il, drop);
     if (!room) return room.error();

@@ -19,12 +19,12 @@ namespace sieve {
 
 struct SparseLayerState {
   // Selection cache, one slot per scope unit (the layer, or each KV head).
-  std::vector<float> fingerprint;             // [n_units, head_dim]
-  std::vector<std::vector<int32_t>> picked;   // [n_units] stream indices of the cached top set
-  std::vector<int32_t> picked_end;            // [n_units] end of the range the set was picked from
-  std::vector<char> valid;                    // [n_units]
-  std::vector<char> has_pick;                 // [n_units] the entry holds a pick, not only votes
-  std::vector<uint32_t> generation;           // [n_units] bumped each time picked[u] is replaced
+  std::vector<float> fingerprint;            // [n_units, head_dim]
+  std::vector<std::vector<int32_t>> picked;  // [n_units] stream indices of the cached top set
+  std::vector<int32_t> picked_end;           // [n_units] end of the range the set was picked from
+  std::vector<char> valid;                   // [n_units]
+  std::vector<char> has_pick;                // [n_units] the entry holds a pick, not only votes
+  std::vector<uint32_t> generation;          // [n_units] bumped each time picked[u] is replaced
   // keep_rows: per KV head, f16 copies of the K and V rows of the first n keys of the unit's
   // cached key set (sinks + picks), K rotated to its attention position when `compact`; made
   // for the selection of `generation` and read while that selection is reused. (Generation 0
@@ -39,14 +39,14 @@ struct SparseLayerState {
     bool compact = false;
     std::vector<uint16_t> spill;  // [2, n, head_dim] when n exceeds the arena's slot
   };
-  std::vector<KeptRows> kept;                 // [n_kv_head] (sized by SparseSeq::reset)
-  std::vector<float> importance;              // [stream tokens] eviction policies
+  std::vector<KeptRows> kept;     // [n_kv_head] (sized by SparseSeq::reset)
+  std::vector<float> importance;  // [stream tokens] eviction policies
   // Eviction policies with the selection cache: per unit, what its last selection added to
   // `importance` (from the first token after the sinks on); a step that reuses the selection
   // adds it again, as the scores of the query it stands for.
-  std::vector<std::vector<float>> votes;      // [n_units]
+  std::vector<std::vector<float>> votes;  // [n_units]
   // Quest: per block of `block` tokens, per KV head, per dim min and max of the keys.
-  std::vector<float> bmin, bmax;              // [n_blocks, n_kv_head, head_dim]
+  std::vector<float> bmin, bmax;  // [n_blocks, n_kv_head, head_dim]
   int32_t n_blocks = 0;
 };
 
@@ -100,7 +100,8 @@ std::string policy_cache_salt(const PolicyConfig& p);
 // The sketch projection a policy needs (disabled when it ranks without sketches).
 SketchSpec sketch_spec_for(const PolicyConfig& p, const ModelHParams& hp);
 // Checks that the store's sketch keys can serve the policy; the error says what to change.
-Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp, const SketchSpec& have);
+Status check_sketch_compatible(const PolicyConfig& p, const ModelHParams& hp,
+                               const SketchSpec& have);
 
 // RTPurbo: the local heads' window for a model: rt_window, or 0 -> n_ctx_train / 4 (at least
 // 64; 2048 when the trained context is unknown): SmolLM2 (8K) 2048, Gemma 3 (32K) 8192 - the
@@ -122,7 +123,8 @@ std::vector<KvCapacity> kv_layout_for(const PolicyConfig* p, const ModelHParams&
 // A store laid out as `have` can serve the policy: wherever it keeps only a window, the policy
 // reads no more than that window and those sinks; a store with one stream per KV head serves
 // head-plan (rtpurbo) policies only. Empty `have`: the model's layout.
-Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp, const std::vector<KvCapacity>& have);
+Status check_layout_compatible(const PolicyConfig& p, const ModelHParams& hp,
+                               const std::vector<KvCapacity>& have);
 
 // The policy's UniPrefill selection layers in this model (uniprefill_layers() over its
 // layer kinds): an error when a listed layer does not exist or does not attend fully.

@@ -9,34 +9,42 @@
 
 #include <unistd.h>
 
-#include "engine/engine.h"
 #include "backend/cpu/attention.h"
+#include "engine/engine.h"
+#include "engine/engine_test_util.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
-#include "engine/engine_test_util.h"
 #include "gguf/test_models.h"
 
 namespace sieve {
 namespace {
 
-std::shared_ptr<const Model> smollm2() { return test_smollm2(); }
-bool short_mode() { return test_short_mode(); }
+std::shared_ptr<const Model> smollm2() {
+  return test_smollm2();
+}
+bool short_mode() {
+  return test_short_mode();
+}
 
-std::vector<int32_t> long_prompt(const Model& m, int n_tokens) { return test_long_prompt(m, n_tokens); }
+std::vector<int32_t> long_prompt(const Model& m, int n_tokens) {
+  return test_long_prompt(m, n_tokens);
+}
 
 struct RunOut {
   std::vector<std::vector<float>> logits;  // per step
   SparseStats stats;
   int64_t kept_bytes = 0;  // keep_rows' copies held at the end
-  std::vector<double> importance_mass;  // per layer, eviction policies: the sum of the importance held
+  std::vector<double>
+      importance_mass;  // per layer, eviction policies: the sum of the importance held
 };
 
 // Prefill in chunks, then greedy decode; the sparse state (when given) rides along.
 RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, int n_decode,
-        const PolicyConfig* policy, int32_t budget_tokens = 0, bool check_evictions = false, int threads = 2) {
+                 const PolicyConfig* policy, int32_t budget_tokens = 0,
+                 bool check_evictions = false, int threads = 2) {
   ThreadPool pool(threads);
   SketchProjection sketch(policy ? sketch_spec_for(*policy, m.hp) : SketchSpec{});
   KvConfig c = kv_config_for(m.hp, 0, 16, "test");
@@ -88,8 +96,8 @@ RunOut run_model(const Model& m, const std::vector<int32_t>& prompt, int chunk, 
     step(std::span<const int32_t>(prompt.data() + i, n));
   }
   for (int g = 0; g < n_decode; ++g) {
-    const int32_t next = static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     toks.push_back(next);
     step(std::span<const int32_t>(&toks.back(), 1));
   }
@@ -115,9 +123,10 @@ TEST(Sparse, UnlimitedBudgetEqualsDenseForEveryPreset) {
   for (const char* name : presets) {
     for (const char* positions : {"original", "compact"}) {
       if (std::string(name) == "stca" && std::string(positions) == "compact") continue;
-      auto p = make_policy(name, std::vector<std::string>{
-                                     "kv_budget=2000000", "min_context=1", "top_k=1000000",
-                                     "local=1000000" /* streaming */, "sinks=4", std::string("positions=") + positions});
+      auto p = make_policy(
+          name, std::vector<std::string>{"kv_budget=2000000", "min_context=1", "top_k=1000000",
+                                         "local=1000000" /* streaming */, "sinks=4",
+                                         std::string("positions=") + positions});
       ASSERT_TRUE(p.ok()) << p.message();
       if (std::string(name) != "streaming") {
         ASSERT_TRUE(set_policy_knob(*p, "local=8").ok());
@@ -125,7 +134,8 @@ TEST(Sparse, UnlimitedBudgetEqualsDenseForEveryPreset) {
       const RunOut sp = run_model(*m, prompt, chunk, n_dec, &*p);
       ASSERT_EQ(sp.logits.size(), dense.logits.size());
       for (size_t s = 0; s < sp.logits.size(); ++s) {
-        EXPECT_LT(max_abs_diff(sp.logits[s], dense.logits[s]), 1e-3f) << name << " " << positions << " step " << s;
+        EXPECT_LT(max_abs_diff(sp.logits[s], dense.logits[s]), 1e-3f)
+            << name << " " << positions << " step " << s;
       }
       EXPECT_GT(sp.stats.layer_steps, 0) << name;
       EXPECT_NEAR(sp.stats.selected_fraction(), 1.0, 1e-9) << name;  // everything was read
@@ -141,8 +151,9 @@ TEST(Sparse, DecodeOverASelectionSplitAcrossThreadsEqualsOneThread) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 640 : 700);
   for (const char* positions : {"original", "compact"}) {
-    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=16", "local=64", "top_k=520", "min_context=1",
-                                                                 std::string("positions=") + positions});
+    auto p = make_policy("tokenselect", std::vector<std::string>{
+                                            "sinks=16", "local=64", "top_k=520", "min_context=1",
+                                            std::string("positions=") + positions});
     ASSERT_TRUE(p.ok()) << p.message();
     static_assert(16 + 520 + 64 > kAttnSegment, "the decode rows are split");
     const RunOut one = run_model(*m, prompt, 128, 3, &*p, 0, false, 1);
@@ -181,7 +192,8 @@ TEST(Sparse, PrefillTailRunsTheLastChunksDensely) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, 320);
   auto ts = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a{"sinks=8", "local=32", "top_k=48", "selection_cache=false", "prefill=chunk"};
+    std::vector<std::string> a{"sinks=8", "local=32", "top_k=48", "selection_cache=false",
+                               "prefill=chunk"};
     a.insert(a.end(), extra.begin(), extra.end());
     auto p = make_policy("tokenselect", a);
     EXPECT_TRUE(p.ok()) << p.message();
@@ -197,9 +209,11 @@ TEST(Sparse, PrefillTailRunsTheLastChunksDensely) {
   EXPECT_GT(max_abs_diff(part.logits[4], dense.logits[4]), 1e-4f);
   // Under compact positions (auto past the trained context) every chunk selects: a dense
   // chunk would keep original positions, distances the model never saw.
-  const RunOut compact = ts({"positions=compact"}), compact_tail = ts({"positions=compact", "prefill_tail=320"});
+  const RunOut compact = ts({"positions=compact"}),
+               compact_tail = ts({"positions=compact", "prefill_tail=320"});
   ASSERT_EQ(compact.logits.size(), compact_tail.logits.size());
-  for (size_t s = 0; s < compact.logits.size(); ++s) EXPECT_EQ(compact.logits[s], compact_tail.logits[s]) << s;
+  for (size_t s = 0; s < compact.logits.size(); ++s)
+    EXPECT_EQ(compact.logits[s], compact_tail.logits[s]) << s;
   EXPECT_GT(max_abs_diff(compact_tail.logits[4], dense.logits[4]), 1e-4f);
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"prefill_tail=-1"}).ok());
 }
@@ -209,8 +223,10 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 120 : 300);
   const int n_dec = short_mode() ? 4 : 8;
-  auto always = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1"});
-  auto never = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=1"});
+  auto always = make_policy(
+      "tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1"});
+  auto never = make_policy("tokenselect",
+                           std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=1"});
   ASSERT_TRUE(always.ok() && never.ok());
   const RunOut a = run_model(*m, prompt, 64, n_dec, &*always);
   const RunOut b = run_model(*m, prompt, 64, n_dec, &*never);
@@ -222,10 +238,12 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
   EXPECT_EQ(b.stats.cache_hits, 0);
   EXPECT_LT(a.stats.selections, b.stats.selections);
   // compact_theta replaces theta while compact positions are in effect, and only then.
-  auto compact = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
-                                                                     "compact_theta=1", "positions=compact"});
-  auto original = make_policy("tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
-                                                                      "compact_theta=1", "positions=original"});
+  auto compact = make_policy("tokenselect",
+                             std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
+                                                      "compact_theta=1", "positions=compact"});
+  auto original = make_policy(
+      "tokenselect", std::vector<std::string>{"sinks=4", "local=16", "top_k=32", "theta=-1",
+                                              "compact_theta=1", "positions=original"});
   ASSERT_TRUE(compact.ok() && original.ok());
   EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*compact).stats.cache_hits, 0);
   EXPECT_EQ(run_model(*m, prompt, 64, n_dec, &*original).stats.cache_hits, a.stats.cache_hits);
@@ -234,10 +252,10 @@ TEST(Sparse, SelectionCacheFollowsTheta) {
 
 // keep_rows: a selection's sinks and picks are written to a copy by the attention of the step
 // that selects them and read from it while the selection is reused (auto, the default: only
-// under compact positions). Under original positions the copy is exact, so the logits equal gathering the rows
-// every step bit for bit, across misses that replace the selection (a stale copy would show).
-// Under compact positions K is rounded to f16 after its re-rotation (as the cache rounded it
-// at its own position), so they stay close; there every step reuses (theta -1), since a
+// under compact positions). Under original positions the copy is exact, so the logits equal
+// gathering the rows every step bit for bit, across misses that replace the selection (a stale copy
+// would show). Under compact positions K is rounded to f16 after its re-rotation (as the cache
+// rounded it at its own position), so they stay close; there every step reuses (theta -1), since a
 // rounding can move a cosine across theta and the two runs would then select differently.
 TEST(Sparse, KeptRowsEqualGatheringTheRows) {
   auto m = smollm2();
@@ -247,10 +265,11 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
   for (const char* positions : {"original", "compact"}) {
     auto run = [&](const char* keep) {
       const bool original = std::string(positions) == "original";
-      auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
-                                                                   original ? "theta=0.9" : "theta=-1",
-                                                                   std::string("positions=") + positions,
-                                                                   std::string("keep_rows=") + keep});
+      auto p =
+          make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
+                                                              original ? "theta=0.9" : "theta=-1",
+                                                              std::string("positions=") + positions,
+                                                              std::string("keep_rows=") + keep});
       EXPECT_TRUE(p.ok()) << p.message();
       return run_model(*m, prompt, 64, n_dec, &*p);
     };
@@ -273,7 +292,8 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
       // steps later. A wrong rotation or a stale row moves them by far more (the exact
       // equivalence: Attend.KeptRowsEqualTheGather).
       const size_t first_decode = (prompt.size() + 63) / 64;
-      for (size_t i = 0; i < first_decode; ++i) EXPECT_EQ(kept.logits[i], gathered.logits[i]) << "step " << i;
+      for (size_t i = 0; i < first_decode; ++i)
+        EXPECT_EQ(kept.logits[i], gathered.logits[i]) << "step " << i;
       for (size_t i = first_decode; i < first_decode + 3; ++i) {
         EXPECT_LT(max_abs_diff(kept.logits[i], gathered.logits[i]), 1.0f) << "step " << i;
         EXPECT_EQ(argmax(kept.logits[i]), argmax(gathered.logits[i])) << "step " << i;
@@ -281,7 +301,8 @@ TEST(Sparse, KeptRowsEqualGatheringTheRows) {
     }
     // The copy holds at most sinks + top_k K and V rows per layer and KV head.
     EXPECT_GT(kept.kept_bytes, 0) << positions;
-    EXPECT_LE(kept.kept_bytes, int64_t{m->hp.n_layer} * m->hp.n_head_kv * (8 + 48) * m->hp.head_dim * 2 * 2);
+    EXPECT_LE(kept.kept_bytes,
+              int64_t{m->hp.n_layer} * m->hp.n_head_kv * (8 + 48) * m->hp.head_dim * 2 * 2);
     EXPECT_EQ(gathered.kept_bytes, 0) << positions;
   }
   EXPECT_FALSE(make_policy("tokenselect", std::vector<std::string>{"keep_rows=maybe"}).ok());
@@ -295,9 +316,10 @@ TEST(Sparse, KeptRowsOfAnUncappedTopPSet) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
   auto run = [&](const char* keep) {
-    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=0", "top_p=0.5",
-                                                                 "theta=0.9", "positions=original",
-                                                                 std::string("keep_rows=") + keep});
+    auto p = make_policy(
+        "tokenselect",
+        std::vector<std::string>{"sinks=8", "local=32", "top_k=0", "top_p=0.5", "theta=0.9",
+                                 "positions=original", std::string("keep_rows=") + keep});
     EXPECT_TRUE(p.ok()) << p.message();
     return run_model(*m, prompt, 64, short_mode() ? 6 : 10, &*p);
   };
@@ -317,14 +339,17 @@ TEST(Sparse, ScorePositionsAutoIsPreRopeUnderCompactPositions) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 160 : 320);
   auto ts = [&](const char* positions, const char* scores) {
-    auto p = make_policy("tokenselect", std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
-                                                                 std::string("positions=") + positions,
-                                                                 std::string("score_positions=") + scores});
+    auto p = make_policy("tokenselect",
+                         std::vector<std::string>{"sinks=8", "local=32", "top_k=48",
+                                                  std::string("positions=") + positions,
+                                                  std::string("score_positions=") + scores});
     EXPECT_TRUE(p.ok()) << p.message();
     return run_model(*m, prompt, 64, 3, &*p).logits;
   };
-  const auto orig = ts("original", "original"), none = ts("original", "none"), orig_auto = ts("original", "auto");
-  const auto c_orig = ts("compact", "original"), c_none = ts("compact", "none"), c_auto = ts("compact", "auto");
+  const auto orig = ts("original", "original"), none = ts("original", "none"),
+             orig_auto = ts("original", "auto");
+  const auto c_orig = ts("compact", "original"), c_none = ts("compact", "none"),
+             c_auto = ts("compact", "auto");
   EXPECT_EQ(orig_auto, orig);
   EXPECT_EQ(c_auto, c_none);
   EXPECT_GT(max_abs_diff(none.back(), orig.back()), 1e-4f);
@@ -338,8 +363,8 @@ TEST(Sparse, EvictionKeepsOrderPositionsSinksAndWindow) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 200 : 320);
   for (const char* name : {"stca", "h2o"}) {
-    auto p = make_policy(name, std::vector<std::string>{"sinks=4", "local=32", "top_k=32", "kv_budget=120",
-                                                        "evict_floor=16"});
+    auto p = make_policy(name, std::vector<std::string>{"sinks=4", "local=32", "top_k=32",
+                                                        "kv_budget=120", "evict_floor=16"});
     ASSERT_TRUE(p.ok()) << p.message();
     const RunOut r = run_model(*m, prompt, 64, 6, &*p, 1024, /*check_evictions=*/true);
     EXPECT_GT(r.stats.tokens_evicted, 0) << name;
@@ -358,7 +383,8 @@ void check_stca_reuse(const char* top_k) {
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
   const auto prompt = long_prompt(*m, short_mode() ? 120 : 300);
   const int n_dec = short_mode() ? 4 : 8;
-  const std::vector<std::string> base = {"sinks=4", "local=16", top_k, "kv_budget=100000", "decay=1"};
+  const std::vector<std::string> base = {"sinks=4", "local=16", top_k, "kv_budget=100000",
+                                         "decay=1"};
   auto with = [&](const char* kv) {
     std::vector<std::string> k = base;
     k.emplace_back(kv);
@@ -422,7 +448,10 @@ TEST(Sparse, MixedPoliciesInOneBatchEqualSingleRuns) {
     g.stop_at_eog = false;
     g.policy = policies[i];
     std::vector<int32_t> out;
-    auto st = gen.generate(pr, g, [&](int32_t t) { out.push_back(t); return true; });
+    auto st = gen.generate(pr, g, [&](int32_t t) {
+      out.push_back(t);
+      return true;
+    });
     ASSERT_TRUE(st.ok()) << st.message();
     if (i > 0) {
       EXPECT_LT(st->sparse.selected_fraction(), 1.0) << names[i];
@@ -481,10 +510,12 @@ TEST(Sparse, SketchBasisOfFullRankScoresAsTheExactScorer) {
   basis->captured.assign(static_cast<size_t>(hp.n_layer) * hp.n_head_kv, 1.0);
   basis->p.assign(static_cast<size_t>(hp.n_layer) * hp.n_head_kv * hp.head_dim * hp.head_dim, 0.0f);
   for (size_t u = 0; u < static_cast<size_t>(hp.n_layer) * hp.n_head_kv; ++u) {
-    for (int32_t i = 0; i < hp.head_dim; ++i) basis->p[(u * hp.head_dim + i) * hp.head_dim + i] = 1.0f;
+    for (int32_t i = 0; i < hp.head_dim; ++i)
+      basis->p[(u * hp.head_dim + i) * hp.head_dim + i] = 1.0f;
   }
   // per process: the same test of another build running at the same time must not rewrite it
-  const std::string path = ::testing::TempDir() + "identity_basis_" + std::to_string(::getpid()) + ".json";
+  const std::string path =
+      ::testing::TempDir() + "identity_basis_" + std::to_string(::getpid()) + ".json";
   ASSERT_TRUE(save_sketch_basis(*basis, path).ok());
   const std::vector<std::string> knobs = {"sinks=8", "local=32", "top_k=48"};
   auto pca = make_policy("sketch", knobs);
@@ -523,7 +554,8 @@ TEST(Sparse, SketchBasisOfFullRankScoresAsTheExactScorer) {
   basis->n_layer = hp.n_layer + 1;
   basis->fitted.push_back(1);
   basis->captured.resize(static_cast<size_t>(basis->n_layer) * hp.n_head_kv, 1.0);
-  basis->p.resize(static_cast<size_t>(basis->n_layer) * hp.n_head_kv * hp.head_dim * hp.head_dim, 0.0f);
+  basis->p.resize(static_cast<size_t>(basis->n_layer) * hp.n_head_kv * hp.head_dim * hp.head_dim,
+                  0.0f);
   ASSERT_TRUE(save_sketch_basis(*basis, path).ok());
   ASSERT_TRUE(set_policy_knob(*pca, "sketch_basis", path).ok());
   const Status st = check_policy_for_model(*pca, hp);

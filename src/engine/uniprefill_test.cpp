@@ -17,14 +17,16 @@ namespace {
 
 std::vector<int32_t> prompt_of(const Model& m, int n_tokens, int salt) {
   std::string t = "Minutes of the harbour board. ";
-  const char* words[] = {"lantern", "ferry", "granite", "signal", "cargo", "tide", "beacon", "rope"};
+  const char* words[] = {"lantern", "ferry", "granite", "signal",
+                         "cargo",   "tide",  "beacon",  "rope"};
   for (int i = 0; static_cast<int>(m.tokenizer->encode(t, true, false).size()) < n_tokens; ++i) {
-    t += std::string("Item ") + std::to_string(i + salt) + ": the " + words[(i + salt) % 8] + " costs " +
-         std::to_string((i * 13 + salt) % 89) + " crowns. ";
+    t += std::string("Item ") + std::to_string(i + salt) + ": the " + words[(i + salt) % 8] +
+         " costs " + std::to_string((i * 13 + salt) % 89) + " crowns. ";
   }
   t += "Question: what does the beacon cost?";
   auto ids = m.tokenizer->encode(t, true, false);
-  ids.erase(ids.begin() + 1, ids.begin() + 1 + (static_cast<int>(ids.size()) - n_tokens));  // keep the question
+  ids.erase(ids.begin() + 1,
+            ids.begin() + 1 + (static_cast<int>(ids.size()) - n_tokens));  // keep the question
   return ids;
 }
 
@@ -74,18 +76,20 @@ int32_t argmax(std::span<const float> l) {
 }
 
 // Prefill of `prompt` in chunks of `chunk` plus n_decode greedy steps: the logits of each step.
-std::vector<std::vector<float>> run_one(Rig& rig, const std::vector<int32_t>& prompt, int chunk, int n_decode,
-                                        SparseSeq* sp, KvSeqId* seq_out = nullptr) {
+std::vector<std::vector<float>> run_one(Rig& rig, const std::vector<int32_t>& prompt, int chunk,
+                                        int n_decode, SparseSeq* sp, KvSeqId* seq_out = nullptr) {
   const KvSeqId seq = rig.add();
   std::vector<int32_t> toks = prompt;
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < prompt.size(); i += chunk) {
     const size_t n = std::min<size_t>(chunk, prompt.size() - i);
-    out.push_back(rig.step({BatchEntry{seq, std::span<const int32_t>(prompt.data() + i, n), false, sp}}));
+    out.push_back(
+        rig.step({BatchEntry{seq, std::span<const int32_t>(prompt.data() + i, n), false, sp}}));
   }
   for (int g = 0; g < n_decode; ++g) {
     toks.push_back(argmax(out.back()));
-    out.push_back(rig.step({BatchEntry{seq, std::span<const int32_t>(&toks.back(), 1), false, sp}}));
+    out.push_back(
+        rig.step({BatchEntry{seq, std::span<const int32_t>(&toks.back(), 1), false, sp}}));
   }
   if (seq_out) *seq_out = seq;
   return out;
@@ -126,7 +130,8 @@ TEST(UniPrefill, DroppedRowsSkipLaterLayersAndDecodeReadsEachLayersLength) {
   for (int il = layers[0] + 1; il <= layers[1]; ++il) EXPECT_EQ(rows[il], kept1) << il;
   for (int il = layers[1] + 1; il < L; ++il) EXPECT_EQ(rows[il], kept2) << il;
   EXPECT_EQ(sp.stats.prefill_dropped, n - kept2);
-  EXPECT_EQ(sp.stats.prefill_rows, int64_t{layers[0] + 1} * n + int64_t{layers[1] - layers[0]} * kept1 +
+  EXPECT_EQ(sp.stats.prefill_rows, int64_t{layers[0] + 1} * n +
+                                       int64_t{layers[1] - layers[0]} * kept1 +
                                        int64_t{L - 1 - layers[1]} * kept2);
 
   // Each stream holds exactly what its layer computed: the selection layer keeps every token
@@ -138,10 +143,12 @@ TEST(UniPrefill, DroppedRowsSkipLaterLayersAndDecodeReadsEachLayersLength) {
       ASSERT_EQ(v.n_tokens, want + extra) << "layer " << il;
       for (int32_t j = 1; j < v.n_tokens; ++j) ASSERT_LT(v.position(j - 1), v.position(j));
       for (int32_t j = 0; j < P.up_sinks; ++j) ASSERT_EQ(v.position(j), j);
-      for (int32_t j = 0; j < P.up_tail + extra; ++j) ASSERT_EQ(v.position(v.n_tokens - 1 - j), n + extra - 1 - j);
+      for (int32_t j = 0; j < P.up_tail + extra; ++j)
+        ASSERT_EQ(v.position(v.n_tokens - 1 - j), n + extra - 1 - j);
     }
     // The kept set only shrinks: layer 7's positions are a subset of layer 3's.
-    const KvSeqView a = rig.kv.seq_view(seq, layers[0] + 1), b = rig.kv.seq_view(seq, layers[1] + 1);
+    const KvSeqView a = rig.kv.seq_view(seq, layers[0] + 1),
+                    b = rig.kv.seq_view(seq, layers[1] + 1);
     int32_t j = 0;
     for (int32_t k = 0; k < b.n_tokens; ++k) {
       while (j < a.n_tokens && a.position(j) < b.position(k)) ++j;
@@ -214,7 +221,8 @@ TEST(UniPrefill, ChunkedPrefillSelectsAmongEachChunksOwnTokens) {
   EXPECT_EQ(kept_first + dropped_first, chunk);
   // The first chunk's tail is kept (its last rows scored it); the second chunk's rows see
   // the first chunk's kept tokens and only its own tokens can be dropped.
-  rig.step({BatchEntry{seq, std::span<const int32_t>(prompt.data() + chunk, n - chunk), false, &sp}});
+  rig.step(
+      {BatchEntry{seq, std::span<const int32_t>(prompt.data() + chunk, n - chunk), false, &sp}});
   const int64_t kept_second = rig.fwd.layer_rows()[5];
   EXPECT_EQ(sp.stats.prefill_selections, 2);
   EXPECT_EQ(rig.kv.seq_view(seq, 4).n_tokens, n);
@@ -223,7 +231,8 @@ TEST(UniPrefill, ChunkedPrefillSelectsAmongEachChunksOwnTokens) {
   int32_t first_chunk_tokens = 0;
   for (int32_t j = 0; j < v.n_tokens; ++j) first_chunk_tokens += v.position(j) < chunk;
   EXPECT_EQ(first_chunk_tokens, kept_first);
-  for (int32_t j = 0; j < P.up_tail; ++j) EXPECT_EQ(v.position(first_chunk_tokens - 1 - j), chunk - 1 - j);
+  for (int32_t j = 0; j < P.up_tail; ++j)
+    EXPECT_EQ(v.position(first_chunk_tokens - 1 - j), chunk - 1 - j);
 }
 
 TEST(UniPrefill, ShortPromptsAndDecodeStepsRunDense) {

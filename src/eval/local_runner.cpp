@@ -60,20 +60,21 @@ class LocalRunner final : public Runner_i {
 Status check_request(const CompletionRequest& r, int32_t n_ctx) {
   if (r.tokens.empty()) return make_error("empty prompt");
   if (static_cast<int64_t>(r.tokens.size()) + r.max_new_tokens > n_ctx) {
-    return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}", r.tokens.size(),
-                      r.max_new_tokens, n_ctx);
+    return make_error("prompt of {} tokens plus {} to generate exceeds the runner's context {}",
+                      r.tokens.size(), r.max_new_tokens, n_ctx);
   }
   return {};
 }
 
-bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t) {
+bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text,
+                      int32_t t) {
   if (!r.stop_at_newline) return true;
   text += model.tokenizer->token_to_piece(t);
   return answer_line_end(text) == std::string::npos;
 }
 
-Completion completion_of(const Model& model, const CompletionRequest& r, std::span<const int32_t> out,
-                         const GenerateStats& st) {
+Completion completion_of(const Model& model, const CompletionRequest& r,
+                         std::span<const int32_t> out, const GenerateStats& st) {
   Completion c;
   c.text = model.tokenizer->decode(out);
   if (r.stop_at_newline) c.text = c.text.substr(0, answer_line_end(c.text));

@@ -68,7 +68,8 @@ TEST(PolicyList, ErrorsListTheValidNamesAndKnobs) {
 TEST(PolicyList, RequestObjectRoundTripsThroughTheServersParser) {
   std::vector<std::string> items;
   for (std::string_view p : policy_presets()) {
-    if (p != "rtpurbo") items.emplace_back(p);  // rtpurbo needs a head plan file (engine rtpurbo_test)
+    if (p != "rtpurbo")
+      items.emplace_back(p);  // rtpurbo needs a head plan file (engine rtpurbo_test)
   }
   items.push_back("tokenselect:top_k=1024:theta=0.75:selection_cache=false");
   items.push_back("stca:keep_mass=0.8:decay=0.95");

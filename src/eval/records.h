@@ -51,9 +51,9 @@ struct SampleRecord {
   double prefill_ms = 0;
   double decode_ms = 0;
   double selected_fraction = -1;  // fraction of the KV attention read; < 0: not reported (null)
-  double mean_selected = -1;      // mean tokens per selection (SparseStats); < 0: not reported (null)
-  std::string policy_ran;         // the policy the backend says ran (auto resolved); "" unknown
-  std::string finished_at;        // UTC, ISO 8601
+  double mean_selected = -1;  // mean tokens per selection (SparseStats); < 0: not reported (null)
+  std::string policy_ran;     // the policy the backend says ran (auto resolved); "" unknown
+  std::string finished_at;    // UTC, ISO 8601
 };
 
 // What identifies a sample's run: model, backend, format, stop, policy, task, ctx, index, seed,

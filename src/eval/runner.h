@@ -70,8 +70,8 @@ Status check_request(const CompletionRequest& r, int32_t n_ctx);
 // a stop_at_newline request has ended (text accumulates the pieces).
 bool answer_continues(const Model& model, const CompletionRequest& r, std::string& text, int32_t t);
 // The completion of r from its generated tokens and the generation's statistics.
-Completion completion_of(const Model& model, const CompletionRequest& r, std::span<const int32_t> out,
-                         const GenerateStats& st);
+Completion completion_of(const Model& model, const CompletionRequest& r,
+                         std::span<const int32_t> out, const GenerateStats& st);
 
 // Greedy decoding in this process through sieve::Generator, with the request's policy. With
 // prefix_cache the Generator (and its paged KV store) lives across samples of one policy, so

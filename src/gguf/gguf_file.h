@@ -16,8 +16,19 @@
 namespace sieve {
 
 enum class GgufValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
-  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 
 std::string_view gguf_value_type_name(GgufValueType t);
@@ -25,14 +36,14 @@ std::string_view gguf_value_type_name(GgufValueType t);
 // One metadata value. Scalars are decoded; strings and arrays point into the mapping.
 struct GgufValue {
   GgufValueType type;
-  GgufValueType elem_type;  // for ARRAY
-  uint64_t n_elems = 0;     // for ARRAY
+  GgufValueType elem_type;        // for ARRAY
+  uint64_t n_elems = 0;           // for ARRAY
   const uint8_t* data = nullptr;  // ARRAY payload / STRING bytes, inside the mapping
-  uint64_t u = 0;           // unsigned integers and BOOL
-  int64_t i = 0;            // signed integers
-  double f = 0;             // floats
-  std::string_view str;     // STRING
-  uint64_t offset = 0;      // byte offset of the value in the file (for messages)
+  uint64_t u = 0;                 // unsigned integers and BOOL
+  int64_t i = 0;                  // signed integers
+  double f = 0;                   // floats
+  std::string_view str;           // STRING
+  uint64_t offset = 0;            // byte offset of the value in the file (for messages)
 };
 
 struct GgufKv {
@@ -45,7 +56,7 @@ struct GgufTensorInfo {
   uint32_t n_dims = 0;
   int64_t ne[4] = {1, 1, 1, 1};  // ne[0] is the contiguous dimension (row length)
   GgmlType type = GgmlType::F32;
-  uint64_t offset = 0;   // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   uint64_t n_bytes = 0;
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   int64_t n_rows() const { return ne[1] * ne[2] * ne[3]; }

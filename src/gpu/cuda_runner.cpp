@@ -101,7 +101,8 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
     SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, bw, k_blas_ws), "workspace"));
   }
   SIEVE_TRY(mem.alloc_to(qws,
-                         cuda::qgemv_workspace_bytes(std::max({E, F, qd}), cuda::qgemv_max_tok), "gemv workspace"));
+                         cuda::qgemv_workspace_bytes(std::max({E, F, qd}), cuda::qgemv_max_tok),
+                         "gemv workspace"));
   SIEVE_TRY(init_selection());
   SIEVE_TRY(choose_matmuls());
   SIEVE_TRY(cuda_check(cudaMallocHost(reinterpret_cast<void**>(&logits_host),

@@ -27,7 +27,8 @@ Status CudaRunner::Impl::gemm(const bf16* wt, int64_t out, int64_t in, const bf1
 Status CudaRunner::Impl::matmul(const MatGroup& g, const bf16* x, int32_t n, float* y) {
   if (n > g.q_max_tok) return gemm(g.bf, g.rows, g.cols, x, n, y);
   int64_t off = 0;
-  for (size_t i = 0; i < g.q.size(); ++i) {  // the parts write their columns of y; x is quantized once
+  for (size_t i = 0; i < g.q.size();
+       ++i) {  // the parts write their columns of y; x is quantized once
     cuda::qgemv_params p;
     p.w = g.q[i].w;
     p.type = g.q[i].type;
@@ -79,8 +80,9 @@ Status CudaRunner::Impl::choose_matmuls() {
   Status st;
   int32_t n_quant = 0;
   std::string detail;
-  SIEVE_TRY(cuda_check(cudaMemsetAsync(xb, 0, int64_t{8} * std::max(hp.n_embd, hp.n_ff) * sizeof(bf16), stream),
-                       "memset"));
+  SIEVE_TRY(cuda_check(
+      cudaMemsetAsync(xb, 0, int64_t{8} * std::max(hp.n_embd, hp.n_ff) * sizeof(bf16), stream),
+      "memset"));
   for (MatGroup* g : groups) {
     if (g->q.empty() || want == "bf16") {
       g->q_max_tok = 0;
@@ -119,8 +121,9 @@ Status CudaRunner::Impl::choose_matmuls() {
   cudaEventDestroy(ev[0]);
   cudaEventDestroy(ev[1]);
   SIEVE_TRY(st);
-  matmul_choice = fmt::format("{} of {} weight products read quantized blocks at decode ({}){}", n_quant,
-                              groups.size(), want, detail.empty() ? "" : " [quantized/bf16 per tokens: " + detail + "]");
+  matmul_choice = fmt::format("{} of {} weight products read quantized blocks at decode ({}){}",
+                              n_quant, groups.size(), want,
+                              detail.empty() ? "" : " [quantized/bf16 per tokens: " + detail + "]");
   log_info("cuda: {}", matmul_choice);
   return {};
 }

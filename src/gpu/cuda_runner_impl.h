@@ -86,10 +86,10 @@ struct QPart {
   int64_t rows = 0;
 };
 struct MatGroup {
-  bf16* bf = nullptr;     // [rows, cols]
+  bf16* bf = nullptr;  // [rows, cols]
   int64_t rows = 0, cols = 0;
-  std::vector<QPart> q;   // empty: no quantized copy (a type without a GEMV)
-  int32_t q_max_tok = 0;  // 0: always the bf16 GEMM
+  std::vector<QPart> q;           // empty: no quantized copy (a type without a GEMV)
+  int32_t q_max_tok = 0;          // 0: always the bf16 GEMM
   std::string signature() const;  // types and shape: groups that time alike
 };
 

@@ -41,7 +41,8 @@ Result<bf16*> upload_stacked(DevMem& mem, std::initializer_list<const WeightView
 }
 
 // The raw GGUF blocks of a group's parts (when every part's type has a quantized GEMV).
-Status upload_blocks(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g, int64_t& bytes) {
+Status upload_blocks(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g,
+                     int64_t& bytes) {
   for (const WeightView* w : ws) {
     if (!cuda::qgemv_supported(w->type) || w->n_cols % 32 != 0) return {};
   }
@@ -56,8 +57,8 @@ Status upload_blocks(DevMem& mem, std::initializer_list<const WeightView*> ws, M
   return {};
 }
 
-Status upload_group(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g, int64_t& qbytes,
-                    const char* what) {
+Status upload_group(DevMem& mem, std::initializer_list<const WeightView*> ws, MatGroup& g,
+                    int64_t& qbytes, const char* what) {
   auto r = upload_stacked(mem, ws, what);
   if (!r) return r.error();
   g.bf = *r;
@@ -111,7 +112,8 @@ Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
       if (L.bq) std::copy(L.bq, L.bq + hp.q_dim(), b.begin());
       if (L.bk) std::copy(L.bk, L.bk + hp.kv_dim(), b.begin() + hp.q_dim());
       if (L.bv) std::copy(L.bv, L.bv + hp.kv_dim(), b.begin() + hp.q_dim() + hp.kv_dim());
-      SIEVE_TRY(upload_vec(mem, G.bqkv, b.data(), static_cast<int64_t>(b.size()), "attention biases"));
+      SIEVE_TRY(
+          upload_vec(mem, G.bqkv, b.data(), static_cast<int64_t>(b.size()), "attention biases"));
     }
     struct V {
       float** dst;

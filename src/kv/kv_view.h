@@ -90,7 +90,9 @@ struct KvSeqView {
   int64_t sketch_stride() const { return int64_t{arenas->n_head} * arenas->sketch_dim; }
   // Tokens from i to the end of its page, at most end - i: a run whose rows lie a fixed
   // stride apart.
-  int32_t page_run(int32_t i, int32_t end) const { return std::min(end - i, page_size() - i % page_size()); }
+  int32_t page_run(int32_t i, int32_t end) const {
+    return std::min(end - i, page_size() - i % page_size());
+  }
   // Importance scores are side data that scorers update in place (STCA accumulation), so
   // they are writable through the read-only view; the page tables are not.
   float* scores(int32_t i) const { return arenas->scores_row(slot(i)); }  // [n_token_scores]

@@ -16,10 +16,17 @@ std::string unescape_jinja_literal(std::string_view s) {
     if (s[i] == '\\' && i + 1 < s.size()) {
       const char c = s[++i];
       switch (c) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        default: out.push_back(c);
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        default:
+          out.push_back(c);
       }
     } else {
       out.push_back(s[i]);
@@ -32,8 +39,8 @@ std::string unescape_jinja_literal(std::string_view s) {
 // "<|im_start|>system\n" and "<|im_end|>" inside one string literal (no Jinja expressions
 // or string concatenation in between).
 std::string chatml_default_system(std::string_view tmpl) {
-  for (std::string_view head : {std::string_view("<|im_start|>system\n"),
-                                std::string_view("<|im_start|>system\\n")}) {
+  for (std::string_view head :
+       {std::string_view("<|im_start|>system\n"), std::string_view("<|im_start|>system\\n")}) {
     size_t pos = 0;
     while ((pos = tmpl.find(head, pos)) != std::string_view::npos) {
       const size_t start = pos + head.size();
@@ -41,8 +48,8 @@ std::string chatml_default_system(std::string_view tmpl) {
       pos = start;
       if (end == std::string_view::npos) break;
       const std::string_view body = tmpl.substr(start, end - start);
-      if (body.empty() || contains(body, "{{") || contains(body, "{%") ||
-          contains(body, "'") || contains(body, "\"")) {
+      if (body.empty() || contains(body, "{{") || contains(body, "{%") || contains(body, "'") ||
+          contains(body, "\"")) {
         continue;  // an expression (e.g. messages[0]['content']), not a literal default
       }
       return unescape_jinja_literal(body);
@@ -99,10 +106,11 @@ Result<std::string> render_gemma(std::span<const ChatMessage> msgs, bool add_gen
     const ChatMessage& m = msgs[i];
     const bool want_user = (i - begin) % 2 == 0;
     if ((want_user && m.role != "user") || (!want_user && m.role != "assistant")) {
-      return make_error("chat message {} has role '{}' but Gemma's template needs an optional "
-                        "system message first, then user and assistant turns alternating "
-                        "(starting with user)",
-                        i, m.role);
+      return make_error(
+          "chat message {} has role '{}' but Gemma's template needs an optional "
+          "system message first, then user and assistant turns alternating "
+          "(starting with user)",
+          i, m.role);
     }
     out += "<start_of_turn>";
     out += want_user ? "user" : "model";
@@ -119,8 +127,9 @@ Result<std::string> render_gemma(std::span<const ChatMessage> msgs, bool add_gen
 
 Result<ChatTemplateInfo> detect_chat_template(std::string_view tmpl) {
   if (tmpl.empty()) {
-    return make_error("the model file has no chat template (tokenizer.chat_template); run "
-                      "without --chat and give the prompt as plain text");
+    return make_error(
+        "the model file has no chat template (tokenizer.chat_template); run "
+        "without --chat and give the prompt as plain text");
   }
   ChatTemplateInfo info;
   if (contains(tmpl, "<start_of_turn>") && contains(tmpl, "<end_of_turn>")) {
@@ -133,10 +142,11 @@ Result<ChatTemplateInfo> detect_chat_template(std::string_view tmpl) {
     return info;
   }
   constexpr size_t kShown = 120;
-  return make_error("the model's chat template is not one Sieve recognises (supported: ChatML "
-                    "with <|im_start|>/<|im_end|>, Gemma with <start_of_turn>/<end_of_turn>); "
-                    "run without --chat and format the prompt yourself. Template begins: {}{}",
-                    tmpl.substr(0, kShown), tmpl.size() > kShown ? "..." : "");
+  return make_error(
+      "the model's chat template is not one Sieve recognises (supported: ChatML "
+      "with <|im_start|>/<|im_end|>, Gemma with <start_of_turn>/<end_of_turn>); "
+      "run without --chat and format the prompt yourself. Template begins: {}{}",
+      tmpl.substr(0, kShown), tmpl.size() > kShown ? "..." : "");
 }
 
 Result<std::string> render_chat(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,

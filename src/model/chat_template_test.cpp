@@ -156,7 +156,7 @@ TEST(ChatTemplate, FromSmolLM2File) {
             "Face<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
   const auto ids = (*tok)->encode(*prompt, true, true);
   ASSERT_GE(ids.size(), 4u);
-  EXPECT_EQ(ids.front(), 1);  // <|im_start|>, no BOS for SmolLM2
+  EXPECT_EQ(ids.front(), 1);                            // <|im_start|>, no BOS for SmolLM2
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 3);  // system, user, assistant turns
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);  // <|im_end|>
   EXPECT_EQ((*tok)->decode(ids, true), *prompt);

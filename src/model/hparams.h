@@ -6,32 +6,32 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/rope_mode.h"
 #include <string>
 #include <vector>
+#include "core/rope_mode.h"
 
 namespace sieve {
 
-enum class FfnAct { silu, gelu_tanh };       // SwiGLU (llama) / GeGLU (gemma)
-enum class LayerKind { full, sliding };      // attention over all past tokens / a window
+enum class FfnAct { silu, gelu_tanh };   // SwiGLU (llama) / GeGLU (gemma)
+enum class LayerKind { full, sliding };  // attention over all past tokens / a window
 
 struct ModelHParams {
-  std::string arch;            // general.architecture
-  std::string name;            // general.name
+  std::string arch;  // general.architecture
+  std::string name;  // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
   int32_t n_head = 0;
   int32_t n_head_kv = 0;
-  int32_t head_dim = 0;        // key/value length per head
+  int32_t head_dim = 0;  // key/value length per head
   int32_t n_ff = 0;
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeMode rope_mode = RopeMode::norm;
-  int32_t n_rot = 0;           // rotary dims per head (<= head_dim)
-  float attn_scale = 0;        // multiplies q.k (YaRN's mscale^2 included: set_rope_scaling)
+  int32_t n_rot = 0;              // rotary dims per head (<= head_dim)
+  float attn_scale = 0;           // multiplies q.k (YaRN's mscale^2 included: set_rope_scaling)
   float attn_scale_unscaled = 0;  // the architecture's own q.k scale, before rope scaling
-  float embd_scale = 1.0f;     // multiplies token embeddings (gemma: sqrt(n_embd))
+  float embd_scale = 1.0f;        // multiplies token embeddings (gemma: sqrt(n_embd))
   FfnAct act = FfnAct::silu;
   bool qk_norm = false;        // per-head RMSNorm of q and k before RoPE (gemma3)
   bool post_norms = false;     // RMSNorm after attention and after the FFN (gemma "sandwich")

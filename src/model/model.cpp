@@ -59,8 +59,8 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path) {
                       model->tokenizer->n_vocab(), model->hp.n_vocab);
   }
   log_debug("loaded {} ({}): {} layers, n_embd {}, heads {}/{}, head_dim {}, ctx {}",
-            model->hp.name, model->hp.arch, model->hp.n_layer, model->hp.n_embd,
-            model->hp.n_head, model->hp.n_head_kv, model->hp.head_dim, model->hp.n_ctx_train);
+            model->hp.name, model->hp.arch, model->hp.n_layer, model->hp.n_embd, model->hp.n_head,
+            model->hp.n_head_kv, model->hp.head_dim, model->hp.n_ctx_train);
   return model;
 }
 

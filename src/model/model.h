@@ -14,23 +14,23 @@
 namespace sieve {
 
 struct LayerWeights {
-  const float* attn_norm = nullptr;      // [n_embd]
-  WeightView wq, wk, wv, wo;             // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
-  const float* bq = nullptr;             // [q_dim] projection biases (qwen2); nullptr: none
-  const float* bk = nullptr;             // [kv_dim]
-  const float* bv = nullptr;             // [kv_dim]
-  const float* q_norm = nullptr;         // [head_dim] (qk_norm)
-  const float* k_norm = nullptr;         // [head_dim] (qk_norm)
-  const float* post_attn_norm = nullptr; // [n_embd] (post_norms)
-  const float* ffn_norm = nullptr;       // [n_embd]
-  WeightView w_gate, w_up, w_down;       // [n_ff, n_embd] x2, [n_embd, n_ff]
-  const float* post_ffn_norm = nullptr;  // [n_embd] (post_norms)
+  const float* attn_norm = nullptr;       // [n_embd]
+  WeightView wq, wk, wv, wo;              // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
+  const float* bq = nullptr;              // [q_dim] projection biases (qwen2); nullptr: none
+  const float* bk = nullptr;              // [kv_dim]
+  const float* bv = nullptr;              // [kv_dim]
+  const float* q_norm = nullptr;          // [head_dim] (qk_norm)
+  const float* k_norm = nullptr;          // [head_dim] (qk_norm)
+  const float* post_attn_norm = nullptr;  // [n_embd] (post_norms)
+  const float* ffn_norm = nullptr;        // [n_embd]
+  WeightView w_gate, w_up, w_down;        // [n_ff, n_embd] x2, [n_embd, n_ff]
+  const float* post_ffn_norm = nullptr;   // [n_embd] (post_norms)
 };
 
 struct ModelWeights {
-  WeightView tok_embd;                   // [n_vocab, n_embd]
-  WeightView output;                     // [n_vocab, n_embd] (== tok_embd when tied)
-  const float* output_norm = nullptr;    // [n_embd]
+  WeightView tok_embd;                 // [n_vocab, n_embd]
+  WeightView output;                   // [n_vocab, n_embd] (== tok_embd when tied)
+  const float* output_norm = nullptr;  // [n_embd]
   std::vector<LayerWeights> layers;
 };
 

@@ -40,7 +40,8 @@ Result<const float*> TensorBinder::vector(const std::string& name, int64_t n) co
   return reinterpret_cast<const float*>(f_.tensor_data(*t));
 }
 
-Status LayerBinder::matrix(const char* name, int64_t n_rows, int64_t n_cols, WeightView& dst) const {
+Status LayerBinder::matrix(const char* name, int64_t n_rows, int64_t n_cols,
+                           WeightView& dst) const {
   auto v = b_.matrix(prefix_ + name, n_rows, n_cols);
   if (!v) return v.error();
   dst = *v;

@@ -27,7 +27,8 @@ class TensorBinder {
 // Binds blk.N.<name> tensors of one layer, failing with the tensor named.
 class LayerBinder {
  public:
-  LayerBinder(const TensorBinder& b, int layer) : b_(b), prefix_("blk." + std::to_string(layer) + ".") {}
+  LayerBinder(const TensorBinder& b, int layer)
+      : b_(b), prefix_("blk." + std::to_string(layer) + ".") {}
   Status matrix(const char* name, int64_t n_rows, int64_t n_cols, WeightView& dst) const;
   Status vector(const char* name, int64_t n, const float*& dst) const;
 
@@ -42,7 +43,9 @@ Status bind_embeddings_and_validate(const GgufFile& f, const std::string& arch_p
                                     ModelHParams& hp, ModelWeights& w);
 
 // Clamps a metadata count before narrowing; out-of-range values fail validate_hparams.
-inline int32_t narrow_count(uint64_t v) { return static_cast<int32_t>(std::min<uint64_t>(v, 1u << 30)); }
+inline int32_t narrow_count(uint64_t v) {
+  return static_cast<int32_t>(std::min<uint64_t>(v, 1u << 30));
+}
 
 // Reads {arch}.key as an unsigned integer; error if missing (when required) or not an integer.
 Result<uint64_t> meta_uint(const GgufFile& f, const std::string& key);

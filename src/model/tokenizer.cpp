@@ -26,9 +26,10 @@ Error wrong_type(const GgufFile& f, std::string_view key, std::string_view want)
   if (v && v->type == GgufValueType::ARRAY) {
     got = fmt::format("ARRAY of {}", gguf_value_type_name(v->elem_type));
   }
-  return make_error("{}: metadata key '{}' has type {}, expected {} (is the file damaged or "
-                    "written by an unusual converter?)",
-                    f.path(), key, got, want);
+  return make_error(
+      "{}: metadata key '{}' has type {}, expected {} (is the file damaged or "
+      "written by an unusual converter?)",
+      f.path(), key, got, want);
 }
 
 Result<int32_t> read_token_id(const GgufFile& f, std::string_view key) {
@@ -57,9 +58,10 @@ Result<TokenizerVocab> read_tokenizer_vocab(const GgufFile& f) {
   const auto model = f.get_string("tokenizer.ggml.model");
   if (!model) {
     if (f.find("tokenizer.ggml.model")) return wrong_type(f, "tokenizer.ggml.model", "STRING");
-    return make_error("{}: no tokenizer.ggml.model key; the file carries no tokenizer (it "
-                      "cannot be used for text generation)",
-                      f.path());
+    return make_error(
+        "{}: no tokenizer.ggml.model key; the file carries no tokenizer (it "
+        "cannot be used for text generation)",
+        f.path());
   }
   v.model = std::string(*model);
   if (f.find("tokenizer.ggml.pre")) {
@@ -73,8 +75,7 @@ Result<TokenizerVocab> read_tokenizer_vocab(const GgufFile& f) {
     if (f.find("tokenizer.ggml.tokens")) {
       return wrong_type(f, "tokenizer.ggml.tokens", "ARRAY of STRING");
     }
-    return make_error("{}: no tokenizer.ggml.tokens key; the vocabulary is missing",
-                      f.path());
+    return make_error("{}: no tokenizer.ggml.tokens key; the vocabulary is missing", f.path());
   }
   v.tokens.reserve(tokens->size());
   for (std::string_view t : *tokens) v.tokens.emplace_back(t);
@@ -151,40 +152,42 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(TokenizerVocab v) {
   const size_t n = v.tokens.size();
   if (n == 0) return make_error("tokenizer.ggml.tokens is empty; the vocabulary is missing");
   if (n > static_cast<size_t>(INT32_MAX)) {
-    return make_error("tokenizer.ggml.tokens has {} entries, more than token ids can address",
-                      n);
+    return make_error("tokenizer.ggml.tokens has {} entries, more than token ids can address", n);
   }
   if (!v.types.empty() && v.types.size() != n) {
-    return make_error("tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has "
-                      "{}; they must match one to one",
-                      v.types.size(), n);
+    return make_error(
+        "tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has "
+        "{}; they must match one to one",
+        v.types.size(), n);
   }
   if (v.types.empty()) v.types.assign(n, TokenType::normal);
   struct NamedId {
     const char* key;
     int32_t* id;
   };
-  const NamedId ids[] = {{"bos_token_id", &v.bos}, {"eos_token_id", &v.eos},
-                         {"eot_token_id", &v.eot}, {"eom_token_id", &v.eom},
+  const NamedId ids[] = {{"bos_token_id", &v.bos},     {"eos_token_id", &v.eos},
+                         {"eot_token_id", &v.eot},     {"eom_token_id", &v.eom},
                          {"unknown_token_id", &v.unk}, {"padding_token_id", &v.pad}};
   for (const NamedId& k : ids) {
     if (*k.id < -1 || *k.id >= static_cast<int64_t>(n)) {
-      return make_error("tokenizer.ggml.{} = {} is outside the vocabulary of {} tokens",
-                        k.key, *k.id, n);
+      return make_error("tokenizer.ggml.{} = {} is outside the vocabulary of {} tokens", k.key,
+                        *k.id, n);
     }
   }
   if (v.model == "gpt2") return td::make_bpe_tokenizer(std::move(v));
   if (v.model == "llama") {
     if (v.scores.size() != n) {
-      return make_error("tokenizer.ggml.scores has {} entries but the vocabulary has {}; a "
-                        "SentencePiece (\"llama\") tokenizer needs one score per token",
-                        v.scores.size(), n);
+      return make_error(
+          "tokenizer.ggml.scores has {} entries but the vocabulary has {}; a "
+          "SentencePiece (\"llama\") tokenizer needs one score per token",
+          v.scores.size(), n);
     }
     return td::make_spm_tokenizer(std::move(v));
   }
-  return make_error("tokenizer.ggml.model '{}' is not supported (supported: 'gpt2' = "
-                    "byte-level BPE, 'llama' = SentencePiece BPE)",
-                    v.model);
+  return make_error(
+      "tokenizer.ggml.model '{}' is not supported (supported: 'gpt2' = "
+      "byte-level BPE, 'llama' = SentencePiece BPE)",
+      v.model);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -204,8 +207,8 @@ void Tokenizer::init_common(TokenizerVocab& v, bool default_add_bos) {
   // emit by convention (llama.cpp recognises the same texts, since converters often do
   // not write eot_token_id).
   static constexpr std::string_view kEogTexts[] = {
-      "<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>",
-      "<|end|>",    "<|end_of_text|>", "<EOT>",       "<end_of_utterance>", "<|return|>",
+      "<|im_end|>", "<|endoftext|>",   "<end_of_turn>", "<|eot_id|>",         "<|eom_id|>",
+      "<|end|>",    "<|end_of_text|>", "<EOT>",         "<end_of_utterance>", "<|return|>",
   };
   for (int32_t id : {v.eos, v.eot, v.eom}) {
     if (id >= 0) eog_ids_.push_back(id);
@@ -333,9 +336,8 @@ void SpecialSplitter::build(const std::vector<std::string>& tokens,
       by_rank_.push_back(static_cast<int32_t>(i));
     }
   }
-  std::stable_sort(by_rank_.begin(), by_rank_.end(), [&](int32_t a, int32_t b) {
-    return tokens[a].size() > tokens[b].size();
-  });
+  std::stable_sort(by_rank_.begin(), by_rank_.end(),
+                   [&](int32_t a, int32_t b) { return tokens[a].size() > tokens[b].size(); });
 
   // Build with per-node maps, then flatten into contiguous edge runs.
   std::vector<std::map<uint8_t, int32_t>> kids(1);

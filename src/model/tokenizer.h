@@ -17,18 +17,24 @@ namespace sieve {
 class GgufFile;
 
 enum class TokenType : int32_t {
-  undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6,
+  undefined = 0,
+  normal = 1,
+  unknown = 2,
+  control = 3,
+  user_defined = 4,
+  unused = 5,
+  byte = 6,
 };
 
 // Everything a tokenizer is built from: the GGUF tokenizer.* keys, copied out of the file
 // (so the tokenizer does not keep the mapping alive). Tests build small vocabularies by hand.
 struct TokenizerVocab {
-  std::string model;                 // tokenizer.ggml.model: "gpt2" | "llama"
-  std::string pre;                   // tokenizer.ggml.pre (gpt2 only); empty = "default"
-  std::vector<std::string> tokens;   // id -> text
-  std::vector<float> scores;         // SPM merge scores (required for "llama")
-  std::vector<TokenType> types;      // empty = all normal
-  std::vector<std::string> merges;   // BPE merges "left right", rank = index
+  std::string model;                // tokenizer.ggml.model: "gpt2" | "llama"
+  std::string pre;                  // tokenizer.ggml.pre (gpt2 only); empty = "default"
+  std::vector<std::string> tokens;  // id -> text
+  std::vector<float> scores;        // SPM merge scores (required for "llama")
+  std::vector<TokenType> types;     // empty = all normal
+  std::vector<std::string> merges;  // BPE merges "left right", rank = index
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   std::optional<bool> add_bos, add_eos, add_space_prefix;  // absent: per-model default
   std::string chat_template;

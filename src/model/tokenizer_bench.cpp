@@ -35,8 +35,10 @@ const std::string& long_text() {
         "In 2023, throughput rose from 1,234.5 to 9,876.25 tokens/s (+700%), measured on "
         "2024-03-15 at 09:45:30 UTC; p99 latency fell to 42 ms.\n",
         "Café déjà vu: naïve façades in Łódź and São Paulo. 你好，世界！日本語のテキスト。"
-        "한국어 문장입니다. Привет, мир! Γειά σου κόσμε. 🍕🐱👍🏽\n",
-        "{\"model\": \"sieve\", \"layers\": [1, 2, 3], \"budget\": 2048, \"policy\": \"tokenselect\", "
+        "한국어 문장입니다. Привет, мир! Γειά σου κόσμε. "
+        "🍕🐱👍🏽\n",
+        "{\"model\": \"sieve\", \"layers\": [1, 2, 3], \"budget\": 2048, \"policy\": "
+        "\"tokenselect\", "
         "\"ok\": true}\n",
         "    for (int i = 0; i < n; ++i) {\n        acc += a[i] * b[i];  // dot product\n    }\n",
     };
@@ -76,8 +78,8 @@ void bm_encode(benchmark::State& state, const char* file) {
     benchmark::DoNotOptimize(ids.data());
   }
   state.counters["tokens"] = static_cast<double>(n);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(n) * state.iterations(),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(static_cast<int64_t>(text.size()) * state.iterations());
 }
 

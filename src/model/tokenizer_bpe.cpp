@@ -19,18 +19,22 @@ namespace {
 // U+0085 NEL, unlike PCRE2's \s): that is the set llama.cpp and HF tokenizers split on. The
 // final \s+ (from the original GPT-2 pattern) catches a lone whitespace char before
 // non-space, which the other branches leave unmatched.
-#define SIEVE_WS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-constexpr std::string_view kGpt2Regex =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" SIEVE_WS "\\p{L}\\p{N}]+"
-    "|[" SIEVE_WS "]+(?![^" SIEVE_WS "])|[" SIEVE_WS "]+";
+#define SIEVE_WS \
+  "\\t-\\r "     \
+  "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+constexpr std::string_view kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" SIEVE_WS
+                                        "\\p{L}\\p{N}]+"
+                                        "|[" SIEVE_WS "]+(?![^" SIEVE_WS "])|[" SIEVE_WS "]+";
 // Qwen2's (tokenizer.json's, as llama.cpp runs it): case-insensitive contractions, a letter
 // run may take one leading non-letter/non-digit that is not a newline, each digit alone,
 // punctuation runs keep their trailing newlines, and newline runs take the spaces before them.
 constexpr std::string_view kQwen2Regex =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
     "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
-    "| ?[^" SIEVE_WS "\\p{L}\\p{N}]+[\\r\\n]*"
-    "|[" SIEVE_WS "]*[\\r\\n]+"
+    "| ?[^" SIEVE_WS
+    "\\p{L}\\p{N}]+[\\r\\n]*"
+    "|[" SIEVE_WS
+    "]*[\\r\\n]+"
     "|[" SIEVE_WS "]+(?![^" SIEVE_WS "])|[" SIEVE_WS "]+";
 #undef SIEVE_WS
 
@@ -88,16 +92,16 @@ class Regex {
       while (pos < end) {
         // Matching over [begin, end) only, with the range's own start as the subject start,
         // so lookarounds cannot see across piece boundaries (as in llama.cpp).
-        int rc = pcre2_match(code_, subject + begin, len, pos - begin, PCRE2_NO_UTF_CHECK, md,
-                             nullptr);
+        int rc =
+            pcre2_match(code_, subject + begin, len, pos - begin, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
           rc = pcre2_match(code_, subject + begin, len, pos - begin,
                            PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
         }
         if (rc < 0) {
           if (rc != PCRE2_ERROR_NOMATCH) {
-            log_warn("tokenizer: regex match failed (code {}); keeping {} bytes as one piece",
-                     rc, end - pos);
+            log_warn("tokenizer: regex match failed (code {}); keeping {} bytes as one piece", rc,
+                     end - pos);
           }
           break;
         }
@@ -141,9 +145,10 @@ class BpeTokenizer final : public Tokenizer {
       supported += fmt::format("{}'{}'", supported.empty() ? "" : ", ", p.name);
     }
     if (!spec) {
-      return make_error("tokenizer.ggml.pre '{}' is not a supported pre-tokenizer for byte-level "
-                        "BPE (supported: {})",
-                        pre, supported);
+      return make_error(
+          "tokenizer.ggml.pre '{}' is not a supported pre-tokenizer for byte-level "
+          "BPE (supported: {})",
+          pre, supported);
     }
     auto t = std::unique_ptr<BpeTokenizer>(new BpeTokenizer());
     t->pre_name_ = pre;
@@ -244,8 +249,7 @@ class BpeTokenizer final : public Tokenizer {
       const std::string& m = merges[i];
       const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
       if (sp == std::string::npos || sp + 1 >= m.size()) {
-        return make_error("tokenizer.ggml.merges[{}] = '{}' is not of the form 'left right'", i,
-                          m);
+        return make_error("tokenizer.ggml.merges[{}] = '{}' is not of the form 'left right'", i, m);
       }
       const std::string_view left(m.data(), sp);
       const std::string_view right(m.data() + sp + 1, m.size() - sp - 1);
@@ -276,9 +280,7 @@ class BpeTokenizer final : public Tokenizer {
     int32_t left_id;
     int32_t right_id;
     // Lowest rank first; ties go to the leftmost pair.
-    bool operator<(const Bigram& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
+    bool operator<(const Bigram& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   struct Work {
     std::vector<Sym> syms;
@@ -303,7 +305,8 @@ class BpeTokenizer final : public Tokenizer {
     w.heap.clear();
     const auto n = static_cast<int32_t>(piece.size());
     for (int32_t i = 0; i < n; ++i) {
-      w.syms.push_back({byte_symbol_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1});
+      w.syms.push_back(
+          {byte_symbol_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1});
     }
     for (int32_t i = 1; i < n; ++i) push_bigram(w, i - 1, i);
     while (!w.heap.empty()) {

@@ -38,8 +38,8 @@ class SpecialSplitter {
 
  private:
   struct Node {
-    int32_t rank = -1;     // rank of the token ending here, -1 if none
-    bool always = false;   // user-defined: matched even without parse_special
+    int32_t rank = -1;    // rank of the token ending here, -1 if none
+    bool always = false;  // user-defined: matched even without parse_special
     uint32_t first_edge = 0;
     uint32_t n_edges = 0;
   };

@@ -11,8 +11,8 @@
 namespace sieve {
 namespace {
 
-#define LOAD_OR_SKIP(var, file)                                  \
-  const Tokenizer* var = test_tokenizer(file);                   \
+#define LOAD_OR_SKIP(var, file)                \
+  const Tokenizer* var = test_tokenizer(file); \
   if (!var) GTEST_SKIP() << file << " not found (see gguf/test_models.h)"
 
 using Ids = std::vector<int32_t>;
@@ -37,7 +37,8 @@ const std::vector<std::string>& round_trip_strings() {
       "def f(x):\n    return x ** 2  # square\n\nprint([f(i) for i in range(10)])\n",
       "int main() {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}\n",
       "{\"a\": [1, 2, {\"b\": null}], \"c\": \"d\"}",
-      "Wait... what?!?! No way!!! (really?" "?) --- ;;; ``` ~~~ @@@ ###",
+      "Wait... what?!?! No way!!! (really?"
+      "?) --- ;;; ``` ~~~ @@@ ###",
       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
       std::string(300, ' ') + "x" + std::string(300, '\n'),
       "I'm sure they'll say it's what we'd've done, but you're wrong.",
@@ -97,7 +98,11 @@ TEST(TokenizerSmolLM2, RoundTrip) {
     EXPECT_EQ(t->decode(t->encode(s, true, true), true), s) << s;
   }
   // Byte-level BPE covers U+2581 too.
-  EXPECT_EQ(t->decode(t->encode("a\xE2\x96\x81" "b", false, false)), "a\xE2\x96\x81" "b");
+  EXPECT_EQ(t->decode(t->encode("a\xE2\x96\x81"
+                                "b",
+                                false, false)),
+            "a\xE2\x96\x81"
+            "b");
 }
 
 TEST(TokenizerGemma3, Metadata) {
@@ -158,8 +163,15 @@ TEST(TokenizerGemma3, RoundTrip) {
 
 TEST(TokenizerModels, InvalidUtf8DoesNotCrash) {
   const std::vector<std::string> bad = {
-      "\xff", "\xc3", "abc\xe2\x82", "\xed\xa0\x80 surrogate", "\xc0\xaf overlong",
-      "\xf4\x90\x80\x80 too big", "ok \x80\x80\x80 stray", "\xf0\x9f\x98", "mixed é\xe9 end",
+      "\xff",
+      "\xc3",
+      "abc\xe2\x82",
+      "\xed\xa0\x80 surrogate",
+      "\xc0\xaf overlong",
+      "\xf4\x90\x80\x80 too big",
+      "ok \x80\x80\x80 stray",
+      "\xf0\x9f\x98",
+      "mixed é\xe9 end",
   };
   std::mt19937 rng(7);
   std::vector<std::string> inputs = bad;
@@ -187,7 +199,10 @@ TEST(TokenizerModels, InvalidUtf8DoesNotCrash) {
         } else {
           // Byte fallback keeps every byte (U+2581 excepted, which reads as a space).
           if (s.find("\xE2\x96\x81") == std::string::npos) {
-            EXPECT_EQ(back, (t->add_bos() && !ids.empty() && ids[0] == t->bos_id() ? t->token_text(t->bos_id()) : "") + s);
+            EXPECT_EQ(back, (t->add_bos() && !ids.empty() && ids[0] == t->bos_id()
+                                 ? t->token_text(t->bos_id())
+                                 : "") +
+                                s);
           }
         }
       }

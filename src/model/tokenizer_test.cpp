@@ -21,8 +21,8 @@ TokenizerVocab tiny_bpe() {
   v.pre = "smollm";
   for (int b = 0; b < 256; ++b) v.tokens.push_back(gpt2_byte_to_utf8(static_cast<uint8_t>(b)));
   // "Ġ" is the mapped space.
-  v.merges = {"h e", "l l", "he ll", "hell o", "Ġ w", "Ġw o", "Ġwo r", "Ġwor l", "Ġworl d",
-              "a a", "aa aa", "1 2"};
+  v.merges = {"h e",   "l l",    "he ll",   "hell o", "Ġ w",   "Ġw o",
+              "Ġwo r", "Ġwor l", "Ġworl d", "a a",    "aa aa", "1 2"};
   for (const std::string& m : v.merges) {
     std::string joined = m;
     joined.erase(joined.find(' ', 1), 1);
@@ -37,7 +37,9 @@ TokenizerVocab tiny_bpe() {
   return v;
 }
 
-int32_t id_of(const Tokenizer& t, std::string_view text) { return t.find_token(text); }
+int32_t id_of(const Tokenizer& t, std::string_view text) {
+  return t.find_token(text);
+}
 
 TEST(TokenizerBpe, MergesByRank) {
   auto tok = Tokenizer::from_vocab(tiny_bpe());
@@ -168,7 +170,7 @@ TokenizerVocab tiny_spm(bool add_space_prefix) {
   for (std::string c : {"a", "b", "c", "h", "i"}) add(c, -10, TokenType::normal);
   add(sp, -5, TokenType::normal);
   add("ab", -1, TokenType::normal);
-  add("bc", -2, TokenType::normal);   // loses to "ab" in "abc"
+  add("bc", -2, TokenType::normal);  // loses to "ab" in "abc"
   add("abc", -3, TokenType::normal);
   add(sp + "hi", -1, TokenType::normal);
   add("hi", -2, TokenType::normal);
@@ -186,8 +188,7 @@ TEST(TokenizerSpm, HighestScoreMergesFirst) {
   ASSERT_TRUE(tok.ok()) << tok.message();
   const Tokenizer& t = **tok;
   EXPECT_EQ(t.encode("abc", false, false), std::vector<int32_t>{id_of(t, "abc")});
-  EXPECT_EQ(t.encode("bcb", false, false),
-            (std::vector<int32_t>{id_of(t, "bc"), id_of(t, "b")}));
+  EXPECT_EQ(t.encode("bcb", false, false), (std::vector<int32_t>{id_of(t, "bc"), id_of(t, "b")}));
   EXPECT_EQ(t.encode("hi hi", false, false),
             (std::vector<int32_t>{id_of(t, "hi"), id_of(t, "\xE2\x96\x81hi")}));
   EXPECT_EQ(t.decode(t.encode("hi hi", false, false)), "hi hi");
@@ -210,8 +211,8 @@ TEST(TokenizerSpm, ByteFallbackAndUserDefined) {
   const Tokenizer& t = **tok;
   const std::string text = "a\xC3\xA9\n\nz\xff";
   const auto ids = t.encode(text, false, false);
-  const std::vector<int32_t> want = {id_of(t, "a"),      id_of(t, "<0xC3>"), id_of(t, "<0xA9>"),
-                                     id_of(t, "\n\n"),   id_of(t, "<0x7A>"), id_of(t, "<0xFF>")};
+  const std::vector<int32_t> want = {id_of(t, "a"),    id_of(t, "<0xC3>"), id_of(t, "<0xA9>"),
+                                     id_of(t, "\n\n"), id_of(t, "<0x7A>"), id_of(t, "<0xFF>")};
   EXPECT_EQ(ids, want);
   EXPECT_EQ(t.decode(ids), text);  // byte fallback round-trips even invalid UTF-8
 }

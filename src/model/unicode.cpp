@@ -125,13 +125,17 @@ const Gpt2Tables& gpt2_tables() {
 
 }  // namespace
 
-uint32_t gpt2_byte_to_cp(uint8_t b) { return gpt2_tables().byte_to_cp[b]; }
+uint32_t gpt2_byte_to_cp(uint8_t b) {
+  return gpt2_tables().byte_to_cp[b];
+}
 
 int gpt2_cp_to_byte(uint32_t cp) {
   return cp < 512 ? gpt2_tables().cp_to_byte[cp] : -1;
 }
 
-const std::string& gpt2_byte_to_utf8(uint8_t b) { return gpt2_tables().byte_to_utf8[b]; }
+const std::string& gpt2_byte_to_utf8(uint8_t b) {
+  return gpt2_tables().byte_to_utf8[b];
+}
 
 std::string gpt2_decode_text(std::string_view text) {
   std::string out;

@@ -15,8 +15,8 @@ TEST(Unicode, DecodeStrict) {
   while (utf8_decode(s, pos, cp)) cps.push_back(cp);
   EXPECT_EQ(cps, (std::vector<uint32_t>{'a', 0xE9, 0x20AC, 0x1F355}));
   EXPECT_EQ(pos, s.size());
-  for (std::string bad : {"\x80", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82",
-                          "\xFF", "\xC3("}) {
+  for (std::string bad :
+       {"\x80", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82", "\xFF", "\xC3("}) {
     size_t p = 0;
     EXPECT_FALSE(utf8_decode(bad, p, cp)) << bad;
     EXPECT_EQ(p, 0u);
@@ -37,9 +37,15 @@ TEST(Unicode, EncodeRoundTrip) {
 
 TEST(Unicode, Sanitize) {
   EXPECT_EQ(utf8_sanitize("ok é"), "ok é");
-  EXPECT_EQ(utf8_sanitize("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_sanitize("a\xFF"
+                          "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   // A truncated sequence: one replacement per byte, the next valid char kept.
-  EXPECT_EQ(utf8_sanitize("\xE2\x82" "x"), "\xEF\xBF\xBD\xEF\xBF\xBD" "x");
+  EXPECT_EQ(utf8_sanitize("\xE2\x82"
+                          "x"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "x");
   EXPECT_TRUE(utf8_is_valid(utf8_sanitize("\xC0\x80\xED\xA0\x80\xF8")));
   EXPECT_FALSE(utf8_is_valid("\xC0\x80"));
   EXPECT_EQ(utf8_count("aé\xFF"), 3u);

@@ -10,13 +10,14 @@ namespace sieve::server {
 struct ApiError {
   int status = 400;
   std::string message;
-  std::string param;  // the request field at fault ("" -> null)
-  std::string code;   // machine-readable ("" -> null)
-  std::string type;   // "" -> from the status
+  std::string param;                                // the request field at fault ("" -> null)
+  std::string code;                                 // machine-readable ("" -> null)
+  std::string type;                                 // "" -> from the status
   nlohmann::json extra = nlohmann::json::object();  // merged into the error object
 
   static ApiError bad(std::string param, std::string message, std::string code = "invalid_value") {
-    return ApiError{400, std::move(message), std::move(param), std::move(code), "", nlohmann::json::object()};
+    return ApiError{400, std::move(message),      std::move(param), std::move(code),
+                    "",  nlohmann::json::object()};
   }
 };
 

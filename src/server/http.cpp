@@ -23,11 +23,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int ms_left(Clock::time_point deadline) {
-  const auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const auto d =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return d <= 0 ? 0 : static_cast<int>(std::min<int64_t>(d, 1 << 30));
 }
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 std::string to_lower(std::string_view s) {
   std::string r(s);
@@ -92,26 +95,46 @@ std::string HttpRequest::header(std::string_view lower_name) const {
 
 const char* http_reason(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 
@@ -135,7 +158,8 @@ Result<std::string> normalise_path(std::string_view t) {
       i += 2;
     }
     if (c == '\0') return make_error("NUL in the path");
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return make_error("control character in the path");
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return make_error("control character in the path");
     decoded.push_back(c == '\\' ? '/' : c);
   }
   std::vector<std::string_view> segs;
@@ -165,7 +189,8 @@ Result<std::string> normalise_path(std::string_view t) {
 
 std::string HttpExchange::head(int status, std::string_view content_type, const HttpHeaders& extra,
                                std::string_view framing) {
-  std::string h = fmt::format("HTTP/1.{} {} {}\r\n", req_.minor_version, status, http_reason(status));
+  std::string h =
+      fmt::format("HTTP/1.{} {} {}\r\n", req_.minor_version, status, http_reason(status));
   if (!content_type.empty()) h += fmt::format("Content-Type: {}\r\n", content_type);
   h += framing;
   h += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
@@ -208,20 +233,24 @@ void HttpExchange::respond(int status, std::string_view content_type, std::strin
   if (responded_) return;
   responded_ = true;
   status_ = status;
-  if (req_.minor_version == 0 && iequals(req_.header("connection"), "keep-alive") == false) keep_alive_ = false;
-  std::string out = head(status, content_type, extra, fmt::format("Content-Length: {}\r\n", body.size()));
+  if (req_.minor_version == 0 && iequals(req_.header("connection"), "keep-alive") == false)
+    keep_alive_ = false;
+  std::string out =
+      head(status, content_type, extra, fmt::format("Content-Length: {}\r\n", body.size()));
   if (req_.method != "HEAD") out += body;
   send_all(out);
 }
 
-bool HttpExchange::begin_stream(int status, std::string_view content_type, const HttpHeaders& extra) {
+bool HttpExchange::begin_stream(int status, std::string_view content_type,
+                                const HttpHeaders& extra) {
   if (responded_) return false;
   responded_ = true;
   streaming_ = true;
   status_ = status;
   chunked_ = req_.minor_version >= 1;
   if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the body ends when the connection closes
-  return send_all(head(status, content_type, extra, chunked_ ? "Transfer-Encoding: chunked\r\n" : ""));
+  return send_all(
+      head(status, content_type, extra, chunked_ ? "Transfer-Encoding: chunked\r\n" : ""));
 }
 
 bool HttpExchange::write(std::string_view data) {
@@ -335,10 +364,10 @@ void HttpServer::accept_loop() {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (n_open_.load() >= lim_.max_connections) {
       const std::string body = error_body_(503, "too many open connections; retry later");
-      const std::string resp =
-          fmt::format("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
-                      "{}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
-                      body.size(), body);
+      const std::string resp = fmt::format(
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
+          "{}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
+          body.size(), body);
       (void)::send(fd, resp.data(), resp.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::close(fd);
       continue;
@@ -441,9 +470,12 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
       const std::string_view version = line.substr(sp2 + 1);
       if (req.method.empty() || !std::all_of(req.method.begin(), req.method.end(), is_tchar))
         return ParseError{400, "malformed request method"};
-      if (version == "HTTP/1.1") req.minor_version = 1;
-      else if (version == "HTTP/1.0") req.minor_version = 0;
-      else return ParseError{505, "only HTTP/1.0 and HTTP/1.1 are supported"};
+      if (version == "HTTP/1.1")
+        req.minor_version = 1;
+      else if (version == "HTTP/1.0")
+        req.minor_version = 0;
+      else
+        return ParseError{505, "only HTTP/1.0 and HTTP/1.1 are supported"};
       if (req.target.size() > 8192) return ParseError{414, "the request target is too long"};
       const size_t q = req.target.find('?');
       auto path = normalise_path(std::string_view(req.target).substr(0, q));
@@ -455,11 +487,14 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
         line = headv.substr(0, eol);
         headv = eol == std::string_view::npos ? std::string_view() : headv.substr(eol + 2);
         if (line.empty()) continue;
-        if (line.front() == ' ' || line.front() == '\t') return ParseError{400, "folded header lines are not accepted"};
+        if (line.front() == ' ' || line.front() == '\t')
+          return ParseError{400, "folded header lines are not accepted"};
         const size_t colon = line.find(':');
-        if (colon == std::string_view::npos || colon == 0) return ParseError{400, "malformed header line"};
+        if (colon == std::string_view::npos || colon == 0)
+          return ParseError{400, "malformed header line"};
         const std::string_view name = line.substr(0, colon);
-        if (!std::all_of(name.begin(), name.end(), is_tchar)) return ParseError{400, "malformed header name"};
+        if (!std::all_of(name.begin(), name.end(), is_tchar))
+          return ParseError{400, "malformed header name"};
         const std::string_view value = trim_ows(line.substr(colon + 1));
         for (char c : value)
           if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
@@ -479,13 +514,16 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
     bool keep_alive = req.minor_version >= 1;
     const std::string conn_hdr = to_lower(req.header("connection"));
     if (conn_hdr.find("close") != std::string::npos) keep_alive = false;
-    if (req.minor_version == 0 && conn_hdr.find("keep-alive") != std::string::npos) keep_alive = true;
+    if (req.minor_version == 0 && conn_hdr.find("keep-alive") != std::string::npos)
+      keep_alive = true;
     std::string te, cl;
     int n_cl = 0, n_te = 0;
     for (const auto& [k, v] : req.headers) {
       if (k == "content-length") {
-        if (n_cl++ && v != cl) cl = "conflict";
-        else cl = v;
+        if (n_cl++ && v != cl)
+          cl = "conflict";
+        else
+          cl = v;
       } else if (k == "transfer-encoding") {
         n_te++;
         te = to_lower(v);
@@ -521,7 +559,8 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
         }
         if (!body_ok) break;
         std::string_view size_line(buf.data(), eol);
-        if (size_t semi = size_line.find(';'); semi != std::string_view::npos) size_line = size_line.substr(0, semi);
+        if (size_t semi = size_line.find(';'); semi != std::string_view::npos)
+          size_line = size_line.substr(0, semi);
         size_line = trim_ows(size_line);
         int64_t size = 0;
         if (size_line.empty() || size_line.size() > 15) body_ok = false;
@@ -572,14 +611,15 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
         break;
       }
     } else if (n_cl) {
-      if (cl.empty() || cl.size() > 18 || !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      if (cl.empty() || cl.size() > 18 ||
+          !std::all_of(cl.begin(), cl.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         fail(400, "malformed Content-Length");
         break;
       }
       const int64_t len = std::stoll(cl);
       if (len > lim_.max_body_bytes) {
-        fail(413, fmt::format("the request body ({} bytes) is larger than the limit of {} bytes", len,
-                              lim_.max_body_bytes));
+        fail(413, fmt::format("the request body ({} bytes) is larger than the limit of {} bytes",
+                              len, lim_.max_body_bytes));
         break;
       }
       send_continue();

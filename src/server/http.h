@@ -23,25 +23,25 @@
 namespace sieve::server {
 
 struct HttpLimits {
-  size_t max_head_bytes = 16 * 1024;     // request line + headers (-> 431)
-  size_t max_headers = 100;              // (-> 431)
-  int64_t max_body_bytes = 32ll << 20;   // (-> 413)
-  int head_timeout_ms = 10000;           // the whole head must arrive within this
-  int body_timeout_ms = 30000;           // longest wait for more body bytes
-  int keep_alive_ms = 5000;              // idle time before a kept-alive connection closes
-  int write_timeout_ms = 30000;          // longest wait for the client to accept more bytes
-  int max_connections = 256;             // beyond: 503 and close
+  size_t max_head_bytes = 16 * 1024;    // request line + headers (-> 431)
+  size_t max_headers = 100;             // (-> 431)
+  int64_t max_body_bytes = 32ll << 20;  // (-> 413)
+  int head_timeout_ms = 10000;          // the whole head must arrive within this
+  int body_timeout_ms = 30000;          // longest wait for more body bytes
+  int keep_alive_ms = 5000;             // idle time before a kept-alive connection closes
+  int write_timeout_ms = 30000;         // longest wait for the client to accept more bytes
+  int max_connections = 256;            // beyond: 503 and close
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
   std::string method;
-  std::string target;   // as sent
-  std::string path;     // normalised: percent-decoded, dot segments resolved, no empty segments
-  std::string query;    // after '?', raw
+  std::string target;     // as sent
+  std::string path;       // normalised: percent-decoded, dot segments resolved, no empty segments
+  std::string query;      // after '?', raw
   int minor_version = 1;  // HTTP/1.x
-  HttpHeaders headers;  // names lowercased, in order
+  HttpHeaders headers;    // names lowercased, in order
   std::string body;
   std::string header(std::string_view lower_name) const;  // "" when absent
 };
@@ -54,7 +54,8 @@ Result<std::string> normalise_path(std::string_view target_path);
 // One request on one connection, as a handler sees it.
 class HttpExchange {
  public:
-  HttpExchange(int fd, const HttpRequest& req, const HttpLimits& lim) : fd_(fd), req_(req), lim_(lim) {}
+  HttpExchange(int fd, const HttpRequest& req, const HttpLimits& lim)
+      : fd_(fd), req_(req), lim_(lim) {}
   const HttpRequest& request() const { return req_; }
 
   // A complete response (Content-Length).

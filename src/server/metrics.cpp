@@ -20,7 +20,8 @@ void head(std::string& out, std::string_view name, std::string_view type, std::s
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
-void scalar(std::string& out, std::string_view name, std::string_view type, std::string_view help, double v) {
+void scalar(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            double v) {
   head(out, name, type, help);
   out += fmt::format("{} {}\n", name, num(v));
 }
@@ -29,10 +30,14 @@ void scalar(std::string& out, std::string_view name, std::string_view type, std:
 std::string label(std::string_view v) {
   std::string r;
   for (char c : v) {
-    if (c == '\\') r += "\\\\";
-    else if (c == '"') r += "\\\"";
-    else if (c == '\n') r += "\\n";
-    else r += c;
+    if (c == '\\')
+      r += "\\\\";
+    else if (c == '"')
+      r += "\\\"";
+    else if (c == '\n')
+      r += "\\n";
+    else
+      r += c;
   }
   return r;
 }
@@ -103,9 +108,11 @@ std::string Metrics::render(const EngineSnapshot& e) const {
   out.reserve(8192);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    head(out, "sieve_http_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
+    head(out, "sieve_http_requests_total", "counter",
+         "HTTP requests answered, by endpoint and status code.");
     for (const auto& [k, v] : http_)
-      out += fmt::format("sieve_http_requests_total{{endpoint=\"{}\",code=\"{}\"}} {}\n", label(k.first), k.second, v);
+      out += fmt::format("sieve_http_requests_total{{endpoint=\"{}\",code=\"{}\"}} {}\n",
+                         label(k.first), k.second, v);
     head(out, "sieve_request_success_total", "counter",
          "Generation requests finished, by finish reason (stop, length, abort, error).");
     for (const char* r : {"stop", "length", "abort", "error"}) {
@@ -113,36 +120,49 @@ std::string Metrics::render(const EngineSnapshot& e) const {
       out += fmt::format("sieve_request_success_total{{finish_reason=\"{}\"}} {}\n", r,
                          it == finished_.end() ? 0 : it->second);
     }
-    head(out, "sieve_request_errors_total", "counter", "Requests rejected or failed, by error type.");
-    for (const auto& [k, v] : errors_) out += fmt::format("sieve_request_errors_total{{type=\"{}\"}} {}\n", label(k), v);
-    scalar(out, "sieve_prompt_tokens_total", "counter", "Prompt tokens of finished generation requests.", prompt_tokens_);
+    head(out, "sieve_request_errors_total", "counter",
+         "Requests rejected or failed, by error type.");
+    for (const auto& [k, v] : errors_)
+      out += fmt::format("sieve_request_errors_total{{type=\"{}\"}} {}\n", label(k), v);
+    scalar(out, "sieve_prompt_tokens_total", "counter",
+           "Prompt tokens of finished generation requests.", prompt_tokens_);
     scalar(out, "sieve_prefix_cache_hit_tokens_total", "counter",
            "Prompt tokens served from the prefix cache (finished requests).", cached_tokens_);
-    scalar(out, "sieve_generation_tokens_total", "counter", "Generated tokens of finished requests.", completion_tokens_);
+    scalar(out, "sieve_generation_tokens_total", "counter",
+           "Generated tokens of finished requests.", completion_tokens_);
     scalar(out, "sieve_sparse_selected_tokens_total", "counter",
-           "Keys read by attention over full-attention layers, summed over layer steps.", sparse_.selected_tokens);
+           "Keys read by attention over full-attention layers, summed over layer steps.",
+           sparse_.selected_tokens);
     scalar(out, "sieve_sparse_context_tokens_total", "counter",
-           "Keys dense attention would have read over the same layer steps.", sparse_.context_tokens);
+           "Keys dense attention would have read over the same layer steps.",
+           sparse_.context_tokens);
     scalar(out, "sieve_sparse_selected_fraction", "gauge",
-           "selected_tokens_total / context_tokens_total (1 when nothing was counted).", sparse_.selected_fraction());
-    scalar(out, "sieve_selection_cache_lookups_total", "counter", "Selection-cache lookups during decode.",
-           sparse_.cache_lookups);
-    scalar(out, "sieve_selection_cache_hits_total", "counter", "Selection-cache hits during decode.", sparse_.cache_hits);
-    scalar(out, "sieve_selection_cache_hit_rate", "gauge", "hits_total / lookups_total (0 when no lookups).",
-           sparse_.hit_rate());
+           "selected_tokens_total / context_tokens_total (1 when nothing was counted).",
+           sparse_.selected_fraction());
+    scalar(out, "sieve_selection_cache_lookups_total", "counter",
+           "Selection-cache lookups during decode.", sparse_.cache_lookups);
+    scalar(out, "sieve_selection_cache_hits_total", "counter",
+           "Selection-cache hits during decode.", sparse_.cache_hits);
+    scalar(out, "sieve_selection_cache_hit_rate", "gauge",
+           "hits_total / lookups_total (0 when no lookups).", sparse_.hit_rate());
   }
-  scalar(out, "sieve_requests_in_flight", "gauge", "Generation requests the server is serving.", in_flight.load());
-  scalar(out, "sieve_client_disconnects_total", "counter", "Requests cancelled because the client disconnected.",
-         disconnects.load());
-  scalar(out, "sieve_ready", "gauge", "1 when the model is loaded and the server accepts work.", e.ready ? 1 : 0);
+  scalar(out, "sieve_requests_in_flight", "gauge", "Generation requests the server is serving.",
+         in_flight.load());
+  scalar(out, "sieve_client_disconnects_total", "counter",
+         "Requests cancelled because the client disconnected.", disconnects.load());
+  scalar(out, "sieve_ready", "gauge", "1 when the model is loaded and the server accepts work.",
+         e.ready ? 1 : 0);
   if (e.ready) {
-    scalar(out, "sieve_requests_running", "gauge", "Requests the engine is decoding or prefilling.", e.sched.running);
-    scalar(out, "sieve_requests_waiting", "gauge", "Requests queued in the engine.", e.sched.waiting);
-    scalar(out, "sieve_preemptions_total", "counter", "Requests preempted (KV freed, recomputed later).",
-           e.sched.preemptions);
+    scalar(out, "sieve_requests_running", "gauge", "Requests the engine is decoding or prefilling.",
+           e.sched.running);
+    scalar(out, "sieve_requests_waiting", "gauge", "Requests queued in the engine.",
+           e.sched.waiting);
+    scalar(out, "sieve_preemptions_total", "counter",
+           "Requests preempted (KV freed, recomputed later).", e.sched.preemptions);
     scalar(out, "sieve_engine_steps_total", "counter", "Engine scheduler steps.", e.sched.steps);
     scalar(out, "sieve_kv_pages_used", "gauge", "KV pages held by sequences.", e.kv.n_pages_used);
-    scalar(out, "sieve_kv_pages_cached", "gauge", "KV pages kept for prefix reuse.", e.kv.n_pages_cached);
+    scalar(out, "sieve_kv_pages_cached", "gauge", "KV pages kept for prefix reuse.",
+           e.kv.n_pages_cached);
     scalar(out, "sieve_kv_pages_total", "gauge", "KV pages in the pool.", e.kv.n_pages_total);
     scalar(out, "sieve_kv_cache_usage_ratio", "gauge", "kv_pages_used / kv_pages_total.",
            e.kv.n_pages_total ? double(e.kv.n_pages_used) / e.kv.n_pages_total : 0.0);
@@ -150,8 +170,10 @@ std::string Metrics::render(const EngineSnapshot& e) const {
     scalar(out, "sieve_kv_page_size_tokens", "gauge", "Tokens per KV page.", e.page_size);
     scalar(out, "sieve_context_length_tokens", "gauge", "Per-request context limit.", e.n_ctx);
   }
-  ttft_.render(out, "sieve_time_to_first_token_seconds", "Request received to first token generated.");
-  itl_.render(out, "sieve_inter_token_latency_seconds", "Time between consecutive tokens of one request.");
+  ttft_.render(out, "sieve_time_to_first_token_seconds",
+               "Request received to first token generated.");
+  itl_.render(out, "sieve_inter_token_latency_seconds",
+              "Time between consecutive tokens of one request.");
   e2e_.render(out, "sieve_e2e_request_latency_seconds", "Request received to its last token.");
   prompt_len_.render(out, "sieve_request_prompt_tokens", "Prompt length of generation requests.");
   // vLLM's names (vllm: -> sieve:), for dashboards and autoscalers written for vLLM.

@@ -64,8 +64,8 @@ class Metrics {
   void observe_prompt_tokens(double n) { prompt_len_.observe(n); }
   void observe_queue(double seconds) { queue_.observe(seconds); }
 
-  std::atomic<int64_t> in_flight{0};   // generation requests being served
-  std::atomic<int64_t> disconnects{0}; // requests cancelled because the client went away
+  std::atomic<int64_t> in_flight{0};    // generation requests being served
+  std::atomic<int64_t> disconnects{0};  // requests cancelled because the client went away
 
   std::string render(const EngineSnapshot& e) const;
 

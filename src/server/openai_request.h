@@ -18,14 +18,14 @@
 namespace sieve::server {
 
 struct RequestLimits {
-  int32_t n_ctx = 2048;            // per-request context
-  int32_t n_vocab = 0;             // token ids must be in [0, n_vocab)
-  int32_t max_tokens = 2048;       // largest max_tokens accepted
-  int32_t max_logprobs = 20;       // logprobs / top_logprobs
-  int32_t max_stop = 16;           // stop strings
-  int32_t max_stop_bytes = 1024;   // bytes of one stop string
+  int32_t n_ctx = 2048;           // per-request context
+  int32_t n_vocab = 0;            // token ids must be in [0, n_vocab)
+  int32_t max_tokens = 2048;      // largest max_tokens accepted
+  int32_t max_logprobs = 20;      // logprobs / top_logprobs
+  int32_t max_stop = 16;          // stop strings
+  int32_t max_stop_bytes = 1024;  // bytes of one stop string
   int32_t max_messages = 4096;
-  int32_t json_max_depth = 64;     // nesting of the whole body
+  int32_t json_max_depth = 64;  // nesting of the whole body
 };
 
 struct GenRequest {

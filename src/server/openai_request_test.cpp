@@ -34,8 +34,9 @@ ApiError error_of(const std::string& body, bool chat = false) {
 }
 
 TEST(ParseBody, RejectsWhatIsNotAJsonObject) {
-  for (const char* b : {"", "   ", "{", "{\"a\":1} x", "[1,2]", "42", "\"s\"", "null", "{\"a\":NaN}",
-                        "{\"a\":Infinity}", "{\"a\":1e400}", "{\"a\":\"\\ud800\"}", "{'a':1}"}) {
+  for (const char* b :
+       {"", "   ", "{", "{\"a\":1} x", "[1,2]", "42", "\"s\"", "null", "{\"a\":NaN}",
+        "{\"a\":Infinity}", "{\"a\":1e400}", "{\"a\":\"\\ud800\"}", "{'a':1}"}) {
     try {
       (void)parse_body(b, lim());
       ADD_FAILURE() << "accepted: " << b;
@@ -53,7 +54,8 @@ TEST(ParseBody, RejectsWhatIsNotAJsonObject) {
 }
 
 TEST(ParseGenRequest, CompletionsFields) {
-  const GenRequest g = parse(R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,"top_p":0.9,
+  const GenRequest g =
+      parse(R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,"top_p":0.9,
     "top_k":7,"min_p":0.1,"presence_penalty":1,"frequency_penalty":-1,"repetition_penalty":1.1,"seed":42,
     "stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,
     "sieve":{"policy":"dense"}})");
@@ -82,25 +84,55 @@ TEST(ParseGenRequest, PromptForms) {
   EXPECT_EQ(error_of(R"({"prompt":[2147483647]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[1.5]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[1,"a"]})").code, "invalid_token_id");
-  for (const char* b : {R"({})", R"({"prompt":""})", R"({"prompt":[]})", R"({"prompt":5})", R"({"prompt":{}})",
-                        R"({"prompt":null})", R"({"prompt":["a","b"]})", R"({"prompt":"x","echo":true})",
-                        R"({"prompt":"x","suffix":"y"})"}) {
+  for (const char* b : {R"({})", R"({"prompt":""})", R"({"prompt":[]})", R"({"prompt":5})",
+                        R"({"prompt":{}})", R"({"prompt":null})", R"({"prompt":["a","b"]})",
+                        R"({"prompt":"x","echo":true})", R"({"prompt":"x","suffix":"y"})"}) {
     EXPECT_EQ(error_of(b).status, 400) << b;
   }
 }
 
 TEST(ParseGenRequest, NumbersAreBounded) {
-  for (const char* f : {R"("max_tokens":-1)", R"("max_tokens":2049)", R"("max_tokens":2147483648)",
-                        R"("max_tokens":9223372036854775807)", R"("max_tokens":18446744073709551615)",
-                        R"("max_tokens":1.5)", R"("max_tokens":"5")", R"("max_tokens":true)", R"("n":2)", R"("n":0)",
-                        R"("n":-1)", R"("n":1000000)", R"("logprobs":-1)", R"("logprobs":21)", R"("logprobs":1000000)",
-                        R"("temperature":-1)", R"("temperature":1e9)", R"("temperature":"hot")", R"("top_p":-0.1)",
-                        R"("top_p":1.1)", R"("top_k":-5)", R"("top_k":2147483648)", R"("min_p":1.5)",
-                        R"("presence_penalty":3)", R"("frequency_penalty":-2.5)", R"("repetition_penalty":0)",
-                        R"("repetition_penalty":11)", R"("seed":-2)", R"("seed":"abc")", R"("seed":1.5)",
-                        R"("seed":18446744073709551616)", R"("stop":5)", R"("stop":[1])", R"("stop":{})",
-                        R"("stream":"yes")", R"("stream_options":1)", R"("logit_bias":{"1":5})", R"("best_of":3)",
-                        R"("sieve":"dense")", R"("policy":3)", R"("penalty_last_n":-2)"}) {
+  for (const char* f : {R"("max_tokens":-1)",
+                        R"("max_tokens":2049)",
+                        R"("max_tokens":2147483648)",
+                        R"("max_tokens":9223372036854775807)",
+                        R"("max_tokens":18446744073709551615)",
+                        R"("max_tokens":1.5)",
+                        R"("max_tokens":"5")",
+                        R"("max_tokens":true)",
+                        R"("n":2)",
+                        R"("n":0)",
+                        R"("n":-1)",
+                        R"("n":1000000)",
+                        R"("logprobs":-1)",
+                        R"("logprobs":21)",
+                        R"("logprobs":1000000)",
+                        R"("temperature":-1)",
+                        R"("temperature":1e9)",
+                        R"("temperature":"hot")",
+                        R"("top_p":-0.1)",
+                        R"("top_p":1.1)",
+                        R"("top_k":-5)",
+                        R"("top_k":2147483648)",
+                        R"("min_p":1.5)",
+                        R"("presence_penalty":3)",
+                        R"("frequency_penalty":-2.5)",
+                        R"("repetition_penalty":0)",
+                        R"("repetition_penalty":11)",
+                        R"("seed":-2)",
+                        R"("seed":"abc")",
+                        R"("seed":1.5)",
+                        R"("seed":18446744073709551616)",
+                        R"("stop":5)",
+                        R"("stop":[1])",
+                        R"("stop":{})",
+                        R"("stream":"yes")",
+                        R"("stream_options":1)",
+                        R"("logit_bias":{"1":5})",
+                        R"("best_of":3)",
+                        R"("sieve":"dense")",
+                        R"("policy":3)",
+                        R"("penalty_last_n":-2)"}) {
     const std::string body = std::string("{\"prompt\":\"x\",") + f + "}";
     const ApiError e = error_of(body);
     EXPECT_EQ(e.status, 400) << body;
@@ -111,11 +143,12 @@ TEST(ParseGenRequest, NumbersAreBounded) {
   EXPECT_EQ(error_of(many + "]}").status, 400);
   EXPECT_EQ(error_of(R"({"prompt":"x","stop":")" + std::string(2000, 'a') + "\"}").status, 400);
   // accepted edge values
-  for (const char* f : {R"("max_tokens":0)", R"("max_tokens":2048)", R"("max_tokens":3.0)", R"("n":1)",
-                        R"("logprobs":0)", R"("logprobs":20)", R"("temperature":0)", R"("top_p":0)", R"("top_p":1)",
-                        R"("top_k":-1)", R"("top_k":0)", R"("seed":-1)", R"("seed":18446744073709551615)",
-                        R"("stop":"")", R"("stop":null)", R"("logit_bias":{})", R"("user":"u")",
-                        R"("unknown_field":{"x":1})"}) {
+  for (const char* f :
+       {R"("max_tokens":0)", R"("max_tokens":2048)", R"("max_tokens":3.0)", R"("n":1)",
+        R"("logprobs":0)", R"("logprobs":20)", R"("temperature":0)", R"("top_p":0)", R"("top_p":1)",
+        R"("top_k":-1)", R"("top_k":0)", R"("seed":-1)", R"("seed":18446744073709551615)",
+        R"("stop":"")", R"("stop":null)", R"("logit_bias":{})", R"("user":"u")",
+        R"("unknown_field":{"x":1})"}) {
     const std::string body = std::string("{\"prompt\":\"x\",") + f + "}";
     EXPECT_EQ(error_of(body).status, 0) << body << ": " << error_of(body).message;
   }
@@ -153,16 +186,17 @@ TEST(ParseGenRequest, ChatMessages) {
   EXPECT_EQ(*g.max_tokens, 9);
   EXPECT_TRUE(g.logprobs);
   EXPECT_EQ(g.top_logprobs, 2);
-  for (const char* b : {R"({})", R"({"messages":[]})", R"({"messages":"hi"})", R"({"messages":[1]})",
-                        R"({"messages":[{"role":"hacker","content":"x"}]})", R"({"messages":[{"content":"x"}]})",
-                        R"({"messages":[{"role":"user","content":null}]})", R"({"messages":[{"role":"user"}]})",
-                        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
-                        R"({"messages":[{"role":"user","content":5}]})",
-                        R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
-                        R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
-                        R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
-                        R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
-                        R"({"messages":[{"role":"tool","content":"x"}]})"}) {
+  for (const char* b :
+       {R"({})", R"({"messages":[]})", R"({"messages":"hi"})", R"({"messages":[1]})",
+        R"({"messages":[{"role":"hacker","content":"x"}]})", R"({"messages":[{"content":"x"}]})",
+        R"({"messages":[{"role":"user","content":null}]})", R"({"messages":[{"role":"user"}]})",
+        R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+        R"({"messages":[{"role":"user","content":5}]})",
+        R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+        R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+        R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+        R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
+        R"({"messages":[{"role":"tool","content":"x"}]})"}) {
     EXPECT_EQ(error_of(b, true).status, 400) << b;
   }
 }

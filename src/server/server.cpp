@@ -21,13 +21,15 @@ constexpr const char* kBuild = "sieve 0.1.0";
 bool constant_time_equal(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
   return diff == 0;
 }
 
 uint64_t random_seed() {
   std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<uint64_t>(Clock::now().time_since_epoch().count());
 }
 
 // A piece as JSON: a string when it is valid UTF-8, else its bytes (as llama.cpp does).
@@ -47,7 +49,9 @@ json piece_json(const std::string& piece) {
 
 Server::Server(ServerConfig cfg) : cfg_(std::move(cfg)) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
 RequestLimits Server::limits() const {
   RequestLimits l;
@@ -70,8 +74,8 @@ Status Server::start() {
   http_ = std::make_unique<HttpServer>(
       cfg_.http, [this](HttpExchange& ex) { handle(ex); },
       [](int status, std::string_view msg) {
-        return error_body(ApiError{status, std::string(msg), "", status == 413 ? "request_too_large" : "", "",
-                                   json::object()});
+        return error_body(ApiError{status, std::string(msg), "",
+                                   status == 413 ? "request_too_large" : "", "", json::object()});
       });
   SIEVE_TRY(http_->listen(cfg_.host, cfg_.port));
   http_->start();
@@ -95,10 +99,12 @@ Status Server::load() {
   // pages are per (layer) stream: the pool holds n_pages_total / n_streams pages of tokens
   const int64_t kv_tokens = static_cast<int64_t>(kv.n_pages_total) * engine_->config().page_size /
                             std::max(1, kv.n_stream_full + kv.n_stream_window);
-  log_info("server: {} loaded in {:.1f} s; context {} tokens, KV pool {} pages ({} tokens), {} sequences at once, "
-           "default policy: {}",
-           model_id_, std::chrono::duration<double>(Clock::now() - t0).count(), engine_->config().n_ctx,
-           kv.n_pages_total, kv_tokens, engine_->config().max_running, default_policy_->describe());
+  log_info(
+      "server: {} loaded in {:.1f} s; context {} tokens, KV pool {} pages ({} tokens), {} "
+      "sequences at once, "
+      "default policy: {}",
+      model_id_, std::chrono::duration<double>(Clock::now() - t0).count(), engine_->config().n_ctx,
+      kv.n_pages_total, kv_tokens, engine_->config().max_running, default_policy_->describe());
   State s = State::loading;
   state_.compare_exchange_strong(s, State::ready);  // stays draining if a signal came first
   return {};
@@ -109,7 +115,8 @@ int Server::drain(std::chrono::milliseconds timeout) {
   while (s != State::draining && !state_.compare_exchange_weak(s, State::draining)) {
   }
   const auto deadline = Clock::now() + timeout;
-  while (admitted_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (admitted_.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   int cancelled = 0;
   if (admitted_.load() > 0 && engine_ready_.load()) {
     shutting_down_ = true;
@@ -121,7 +128,8 @@ int Server::drain(std::chrono::milliseconds timeout) {
     for (RequestId id : ids) engine_->cancel(id);
     cancelled = static_cast<int>(ids.size());
     const auto d2 = Clock::now() + std::chrono::seconds(10);
-    while (admitted_.load() > 0 && Clock::now() < d2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (admitted_.load() > 0 && Clock::now() < d2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return cancelled;
 }
@@ -136,7 +144,8 @@ bool Server::authorised(const HttpRequest& req) const {
   if (cfg_.api_key.empty()) return true;
   std::string key = req.header("x-api-key");
   const std::string auth = req.header("authorization");
-  if (auth.size() > 7 && (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0)) {
+  if (auth.size() > 7 &&
+      (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0)) {
     key = auth.substr(7);
     while (!key.empty() && key.front() == ' ') key.erase(0, 1);
   }
@@ -145,13 +154,18 @@ bool Server::authorised(const HttpRequest& req) const {
 
 void Server::require_ready() const {
   switch (state_.load()) {
-    case State::ready: return;
+    case State::ready:
+      return;
     case State::loading:
-      throw ApiError{503, "the model is loading; retry shortly", "", "model_loading", "", json::object()};
+      throw ApiError{503,           "the model is loading; retry shortly", "", "model_loading", "",
+                     json::object()};
     case State::draining:
-      throw ApiError{503, "the server is shutting down", "", "server_shutting_down", "", json::object()};
+      throw ApiError{503,           "the server is shutting down", "", "server_shutting_down", "",
+                     json::object()};
     case State::failed:
-      throw ApiError{503, "the model failed to load: " + load_error_, "", "model_load_failed", "", json::object()};
+      throw ApiError{503, "the model failed to load: " + load_error_,
+                     "",  "model_load_failed",
+                     "",  json::object()};
   }
 }
 
@@ -175,7 +189,8 @@ void Server::handle(HttpExchange& ex) {
   } catch (const ApiError& e) {
     if (!ex.responded()) reply_error(ex, e);
   } catch (const std::bad_alloc&) {
-    if (!ex.responded()) reply_error(ex, ApiError{503, "out of memory for this request", "", "", "", json::object()});
+    if (!ex.responded())
+      reply_error(ex, ApiError{503, "out of memory for this request", "", "", "", json::object()});
   }
   metrics_.count_http(endpoint, ex.status());
 }
@@ -186,8 +201,9 @@ void Server::route(HttpExchange& ex, std::string& endpoint) {
   auto method = [&](const char* want) {
     const bool ok = req.method == want || (std::string_view(want) == "GET" && req.method == "HEAD");
     if (!ok) {
-      throw ApiError{405, fmt::format("{} {} is not allowed; use {}", req.method, p, want), "", "method_not_allowed",
-                     "", json::object()};
+      throw ApiError{405, fmt::format("{} {} is not allowed; use {}", req.method, p, want),
+                     "",  "method_not_allowed",
+                     "",  json::object()};
     }
   };
   // Public: /health only. Everything else, known or not, needs the key (deny by default, on
@@ -199,9 +215,13 @@ void Server::route(HttpExchange& ex, std::string& endpoint) {
   }
   if (!authorised(req)) {
     const bool sent = !req.header("authorization").empty() || !req.header("x-api-key").empty();
-    throw ApiError{401,
-                   sent ? "invalid API key" : "missing API key: send the header Authorization: Bearer <key>",
-                   "", "invalid_api_key", "", json::object()};
+    throw ApiError{
+        401,
+        sent ? "invalid API key" : "missing API key: send the header Authorization: Bearer <key>",
+        "",
+        "invalid_api_key",
+        "",
+        json::object()};
   }
   if (p == "/v1/models" || p == "/models") {
     endpoint = "models";
@@ -238,26 +258,30 @@ void Server::route(HttpExchange& ex, std::string& endpoint) {
     method("GET");
     return handle_props(ex);
   }
-  throw ApiError{404, fmt::format("no such endpoint: {} {}", req.method, p), "", "not_found", "", json::object()};
+  throw ApiError{404, fmt::format("no such endpoint: {} {}", req.method, p),
+                 "",  "not_found",
+                 "",  json::object()};
 }
 
 void Server::handle_health(HttpExchange& ex) {
   switch (state_.load()) {
-    case State::ready: return reply_json(ex, 200, {{"status", "ok"}});
+    case State::ready:
+      return reply_json(ex, 200, {{"status", "ok"}});
     case State::loading: {
       json j = error_json(ApiError{503, "Loading model", "", "model_loading", "", json::object()});
       j["status"] = "loading";
       return reply_json(ex, 503, j);
     }
     case State::draining: {
-      json j = error_json(ApiError{503, "the server is shutting down", "", "server_shutting_down", "", json::object()});
+      json j = error_json(ApiError{503, "the server is shutting down", "", "server_shutting_down",
+                                   "", json::object()});
       j["status"] = "draining";
       ex.close_after();
       return reply_json(ex, 503, j);
     }
     case State::failed: {
-      json j = error_json(ApiError{503, "the model failed to load: " + load_error_, "", "model_load_failed", "",
-                                   json::object()});
+      json j = error_json(ApiError{503, "the model failed to load: " + load_error_, "",
+                                   "model_load_failed", "", json::object()});
       j["status"] = "error";
       return reply_json(ex, 503, j);
     }
@@ -326,13 +350,15 @@ void Server::handle_tokenize(HttpExchange& ex) {
   const RequestLimits lim = limits();
   const json body = parse_body(ex.request().body, lim);
   const Tokenizer& tok = *engine_->model().tokenizer;
-  const bool add_special = opt_bool(body, "add_special").value_or(opt_bool(body, "add_special_tokens").value_or(true));
+  const bool add_special =
+      opt_bool(body, "add_special").value_or(opt_bool(body, "add_special_tokens").value_or(true));
   const bool parse_special = opt_bool(body, "parse_special").value_or(false);
   const bool with_pieces = opt_bool(body, "with_pieces").value_or(false);
   std::vector<int32_t> ids;
   if (body.contains("messages") && !body["messages"].is_null()) {
     const auto msgs = chat_messages(body["messages"], lim);
-    auto text = apply_chat_template(tok, msgs, opt_bool(body, "add_generation_prompt").value_or(true));
+    auto text =
+        apply_chat_template(tok, msgs, opt_bool(body, "add_generation_prompt").value_or(true));
     if (!text) throw ApiError::bad("messages", text.message(), "invalid_messages");
     ids = tok.encode(*text, true, true);
   } else {
@@ -343,8 +369,10 @@ void Server::handle_tokenize(HttpExchange& ex) {
   }
   json tokens = json::array();
   for (int32_t id : ids) {
-    if (with_pieces) tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
-    else tokens.push_back(id);
+    if (with_pieces)
+      tokens.push_back({{"id", id}, {"piece", piece_json(tok.token_to_piece(id, true))}});
+    else
+      tokens.push_back(id);
   }
   reply_json(ex, 200, {{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", lim.n_ctx}});
 }
@@ -353,8 +381,10 @@ void Server::handle_detokenize(HttpExchange& ex) {
   require_ready();
   const RequestLimits lim = limits();
   const json body = parse_body(ex.request().body, lim);
-  if (!body.contains("tokens") || body["tokens"].is_null()) throw ApiError::bad("tokens", "tokens is required");
-  const std::vector<int32_t> ids = token_array(body["tokens"], "tokens", lim.n_vocab, size_t{1} << 24);
+  if (!body.contains("tokens") || body["tokens"].is_null())
+    throw ApiError::bad("tokens", "tokens is required");
+  const std::vector<int32_t> ids =
+      token_array(body["tokens"], "tokens", lim.n_vocab, size_t{1} << 24);
   const std::string text = engine_->model().tokenizer->decode(ids);
   reply_json(ex, 200, {{"content", text}, {"prompt", text}});
 }
@@ -370,16 +400,26 @@ void Server::handle_generate(HttpExchange& ex, bool chat) {
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   if (n_prompt >= lim.n_ctx) {
     json extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", lim.n_ctx}};
-    throw ApiError{400,
-                   fmt::format("the request ({} prompt tokens) exceeds the available context size ({} tokens); at "
-                               "least one token must be left for the completion",
-                               n_prompt, lim.n_ctx),
-                   chat ? "messages" : "prompt", "context_length_exceeded", "", extra};
+    throw ApiError{
+        400,
+        fmt::format(
+            "the request ({} prompt tokens) exceeds the available context size ({} tokens); at "
+            "least one token must be left for the completion",
+            n_prompt, lim.n_ctx),
+        chat ? "messages" : "prompt",
+        "context_length_exceeded",
+        "",
+        extra};
   }
   if (admitted_.fetch_add(1) >= cfg_.max_concurrent) {
     admitted_--;
-    throw ApiError{429, fmt::format("{} requests are already in flight (the limit); retry shortly", cfg_.max_concurrent),
-                   "", "too_many_requests", "", json::object()};
+    throw ApiError{429,
+                   fmt::format("{} requests are already in flight (the limit); retry shortly",
+                               cfg_.max_concurrent),
+                   "",
+                   "too_many_requests",
+                   "",
+                   json::object()};
   }
   struct Slot {
     std::atomic<int32_t>& n;

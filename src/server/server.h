@@ -27,15 +27,15 @@ namespace sieve::server {
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
-  std::string api_key;        // "" -> no authentication
-  std::string model_id;       // the id /v1/models lists ("" -> the file name without .gguf)
-  EngineConfig engine;        // model_path, threads, n_ctx, max_running, ...
+  std::string api_key;   // "" -> no authentication
+  std::string model_id;  // the id /v1/models lists ("" -> the file name without .gguf)
+  EngineConfig engine;   // model_path, threads, n_ctx, max_running, ...
   HttpLimits http;
-  int32_t max_tokens = 0;     // largest max_tokens a request may ask for (0 -> n_ctx)
-  int32_t max_concurrent = 64;  // generation requests in flight (-> 429 beyond)
-  SamplerParams sampling;     // defaults for fields a request leaves out
-  bool fixed_seed = false;    // sampling.seed is the default seed (else random per request)
-  PolicyPtr default_policy;   // --policy/--policy-file/--set (nullptr: the preset "auto")
+  int32_t max_tokens = 0;          // largest max_tokens a request may ask for (0 -> n_ctx)
+  int32_t max_concurrent = 64;     // generation requests in flight (-> 429 beyond)
+  SamplerParams sampling;          // defaults for fields a request leaves out
+  bool fixed_seed = false;         // sampling.seed is the default seed (else random per request)
+  PolicyPtr default_policy;        // --policy/--policy-file/--set (nullptr: the preset "auto")
   double ping_interval_s = 15;     // SSE comment while a stream is otherwise silent (0: off)
   double progress_interval_s = 1;  // prompt_progress events when a request asks (return_progress)
   double shutdown_timeout_s = 30;  // SIGTERM: how long in-flight requests may finish
@@ -95,10 +95,11 @@ class Server {
   std::string model_id_;
   std::unique_ptr<HttpServer> http_;
   Metrics metrics_;
-  std::atomic<bool> shutting_down_{false};  // drain timed out: in-flight requests are being cancelled
+  std::atomic<bool> shutting_down_{
+      false};  // drain timed out: in-flight requests are being cancelled
 
   mutable std::mutex active_mu_;
-  std::set<RequestId> active_;  // submitted, final event not yet seen
+  std::set<RequestId> active_;        // submitted, final event not yet seen
   std::atomic<int32_t> admitted_{0};  // generation requests holding a concurrency slot
 };
 

@@ -27,16 +27,23 @@ struct EventQueue {
 };
 
 std::string random_id(const char* prefix) {
-  thread_local std::mt19937_64 rng{std::random_device{}() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   static_cast<uint64_t>(Clock::now().time_since_epoch().count())};
   return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
 
 // OpenAI reports -9999 for tokens of probability 0 (JSON has no -inf).
-double finite_logprob(float lp) { return std::isfinite(lp) ? std::max<double>(lp, -9999.0) : -9999.0; }
+double finite_logprob(float lp) {
+  return std::isfinite(lp) ? std::max<double>(lp, -9999.0) : -9999.0;
+}
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -46,10 +53,14 @@ json bytes_of(const std::string& s) {
 
 const char* finish_name(FinishReason r) {
   switch (r) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::cancelled: return "abort";
-    default: return "error";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::cancelled:
+      return "abort";
+    default:
+      return "error";
   }
 }
 
@@ -66,7 +77,10 @@ class Logprobs {
       const std::string p = tok_.token_to_piece(t.token, true);
       top.push_back({{"token", p}, {"logprob", finite_logprob(t.logprob)}, {"bytes", bytes_of(p)}});
     }
-    return {{"token", piece}, {"logprob", finite_logprob(ev.logprob)}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}};
+    return {{"token", piece},
+            {"logprob", finite_logprob(ev.logprob)},
+            {"bytes", bytes_of(piece)},
+            {"top_logprobs", top}};
   }
 
   void add(const RequestEvent& ev) {
@@ -78,7 +92,8 @@ class Logprobs {
     tokens_.push_back(piece);
     token_logprobs_.push_back(finite_logprob(ev.logprob));
     json top = json::object();
-    for (const TokenLogprob& t : ev.top) top[tok_.token_to_piece(t.token, true)] = finite_logprob(t.logprob);
+    for (const TokenLogprob& t : ev.top)
+      top[tok_.token_to_piece(t.token, true)] = finite_logprob(t.logprob);
     top_.push_back(top);
     offsets_.push_back(offset_);
     offset_ += static_cast<int64_t>(piece.size());
@@ -86,7 +101,10 @@ class Logprobs {
 
   json value() const {
     if (chat_) return {{"content", content_}, {"refusal", nullptr}};
-    return {{"tokens", tokens_}, {"token_logprobs", token_logprobs_}, {"top_logprobs", top_}, {"text_offset", offsets_}};
+    return {{"tokens", tokens_},
+            {"token_logprobs", token_logprobs_},
+            {"top_logprobs", top_},
+            {"text_offset", offsets_}};
   }
 
   // One token's logprobs as a streamed chunk carries them.
@@ -102,7 +120,8 @@ class Logprobs {
   const Tokenizer& tok_;
   bool chat_;
   json content_ = json::array();
-  json tokens_ = json::array(), token_logprobs_ = json::array(), top_ = json::array(), offsets_ = json::array();
+  json tokens_ = json::array(), token_logprobs_ = json::array(), top_ = json::array(),
+       offsets_ = json::array();
   int64_t offset_ = 0;
 };
 
@@ -132,7 +151,8 @@ PolicyPtr Server::request_policy(const GenRequest& g) const {
   return std::make_shared<const PolicyConfig>(std::move(p.value()));
 }
 
-void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<int32_t> prompt, Clock::time_point t0) {
+void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<int32_t> prompt,
+                            Clock::time_point t0) {
   const Tokenizer& tok = *engine_->model().tokenizer;
   const int32_t n_ctx = engine_->config().n_ctx;
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
@@ -146,7 +166,8 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
   RequestParams rp;
   rp.prompt = std::move(prompt);
   // OpenAI's defaults: 16 tokens for completions, the rest of the context for chat.
-  rp.max_tokens = g.max_tokens.value_or(g.chat ? limits().max_tokens : std::min(16, limits().max_tokens));
+  rp.max_tokens =
+      g.max_tokens.value_or(g.chat ? limits().max_tokens : std::min(16, limits().max_tokens));
   rp.max_tokens = std::min(rp.max_tokens, n_ctx - n_prompt);
   rp.sampling = g.sampling;
   rp.stop_at_eog = !g.ignore_eos;
@@ -173,7 +194,8 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
 
   const std::string rid = random_id(g.chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
   auto chunk = [&](json ch) {
     json c = {{"id", rid},
               {"object", g.chat ? "chat.completion.chunk" : "text_completion"},
@@ -188,7 +210,8 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
     if (g.chat) {
       json delta = json::object();
       if (!text.empty()) delta["content"] = text;
-      return json{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}};
+      return json{
+          {"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish}};
     }
     return json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish}};
   };
@@ -205,7 +228,9 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
       client_gone = true;
     } else if (g.chat) {
-      write(sse(chunk(json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+      write(sse(chunk(json{{"index", 0},
+                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                           {"logprobs", nullptr},
                            {"finish_reason", nullptr}})));
     }
   }
@@ -278,7 +303,8 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
       t_progress = now;
       // The engine reports no per-request prefill position: when this is the only request
       // in flight, the KV it holds is its progress; otherwise only the elapsed time is known.
-      json prog = {{"total", n_prompt}, {"time_ms", std::chrono::duration<double, std::milli>(now - t0).count()}};
+      json prog = {{"total", n_prompt},
+                   {"time_ms", std::chrono::duration<double, std::milli>(now - t0).count()}};
       if (metrics_.in_flight.load() == 1) {
         const KvStats kv = engine_->kv_stats();
         const int64_t held = static_cast<int64_t>(kv.n_pages_used) * engine_->config().page_size /
@@ -311,18 +337,21 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
     metrics_.observe_e2e(e2e_s);
     metrics_.observe_queue(final_ev.queue_ms / 1000.0);
   }
-  log_info("server: {} {} prompt={} cached={} completion={} finish={} ttft_ms={:.0f} e2e_ms={:.0f}", rid,
-           g.stream ? "stream" : "json", final_ev.prompt_tokens, final_ev.cached_tokens, final_ev.completion_tokens,
-           finish_name(reason), n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0.0,
+  log_info("server: {} {} prompt={} cached={} completion={} finish={} ttft_ms={:.0f} e2e_ms={:.0f}",
+           rid, g.stream ? "stream" : "json", final_ev.prompt_tokens, final_ev.cached_tokens,
+           final_ev.completion_tokens, finish_name(reason),
+           n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0.0,
            e2e_s * 1000);
   if (client_gone) return;
 
   if (reason == FinishReason::cancelled || reason == FinishReason::error) {
     const ApiError err = reason == FinishReason::cancelled
-                             ? ApiError{503, "the server is shutting down; the request was aborted", "",
-                                        "server_shutting_down", "", json::object()}
-                             : ApiError{500, "generation failed: " + final_ev.error, "", "generation_failed", "",
-                                        json::object()};
+                             ? ApiError{503, "the server is shutting down; the request was aborted",
+                                        "",  "server_shutting_down",
+                                        "",  json::object()}
+                             : ApiError{500, "generation failed: " + final_ev.error,
+                                        "",  "generation_failed",
+                                        "",  json::object()};
     metrics_.count_error(error_type_for(err.status));
     if (!g.stream) {
       if (err.status == 503) ex.close_after();
@@ -339,13 +368,16 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
                       {"completion_tokens", final_ev.completion_tokens},
                       {"total_tokens", final_ev.prompt_tokens + final_ev.completion_tokens},
                       {"prompt_tokens_details", {{"cached_tokens", final_ev.cached_tokens}}}};
-  const double prompt_ms = n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0;
-  const double predicted_ms = n_tokens > 1 ? std::chrono::duration<double, std::milli>(t_prev - t_first).count() : 0;
+  const double prompt_ms =
+      n_tokens ? std::chrono::duration<double, std::milli>(t_first - t0).count() : 0;
+  const double predicted_ms =
+      n_tokens > 1 ? std::chrono::duration<double, std::milli>(t_prev - t_first).count() : 0;
   const json timings = {
       {"prompt_n", final_ev.prompt_tokens - final_ev.cached_tokens},
       {"cache_n", final_ev.cached_tokens},
       {"prompt_ms", prompt_ms},
-      {"prompt_per_second", prompt_ms > 0 ? (final_ev.prompt_tokens - final_ev.cached_tokens) * 1000.0 / prompt_ms : 0},
+      {"prompt_per_second",
+       prompt_ms > 0 ? (final_ev.prompt_tokens - final_ev.cached_tokens) * 1000.0 / prompt_ms : 0},
       {"predicted_n", final_ev.completion_tokens},
       {"predicted_ms", predicted_ms},
       {"predicted_per_second", predicted_ms > 0 ? (n_tokens - 1) * 1000.0 / predicted_ms : 0}};
@@ -380,7 +412,10 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g, std::vector<i
           {"logprobs", g.logprobs ? lp.value() : json(nullptr)},
           {"finish_reason", finish}};
   } else {
-    ch = {{"index", 0}, {"text", text}, {"logprobs", g.logprobs ? lp.value() : json(nullptr)}, {"finish_reason", finish}};
+    ch = {{"index", 0},
+          {"text", text},
+          {"logprobs", g.logprobs ? lp.value() : json(nullptr)},
+          {"finish_reason", finish}};
   }
   reply_json(ex, 200,
              {{"id", rid},

@@ -63,29 +63,44 @@ int32_t scaled_budget(int32_t requested, int32_t n) {
   return std::max(1, std::min(requested, n / 2));
 }
 
-std::span<const AnalysisMethod> analysis_methods() { return kMethods; }
+std::span<const AnalysisMethod> analysis_methods() {
+  return kMethods;
+}
 
 std::string_view method_name(AnalysisMethod m) {
   switch (m) {
-    case AnalysisMethod::oracle: return "oracle";
-    case AnalysisMethod::tokenselect: return "tokenselect";
-    case AnalysisMethod::tokenselect_group: return "tokenselect_group";
-    case AnalysisMethod::hard_vote: return "hard_vote";
-    case AnalysisMethod::raw_sum: return "raw_sum";
-    case AnalysisMethod::sketch: return "sketch";
-    case AnalysisMethod::quest: return "quest";
-    case AnalysisMethod::streaming: return "streaming";
-    case AnalysisMethod::h2o: return "h2o";
+    case AnalysisMethod::oracle:
+      return "oracle";
+    case AnalysisMethod::tokenselect:
+      return "tokenselect";
+    case AnalysisMethod::tokenselect_group:
+      return "tokenselect_group";
+    case AnalysisMethod::hard_vote:
+      return "hard_vote";
+    case AnalysisMethod::raw_sum:
+      return "raw_sum";
+    case AnalysisMethod::sketch:
+      return "sketch";
+    case AnalysisMethod::quest:
+      return "quest";
+    case AnalysisMethod::streaming:
+      return "streaming";
+    case AnalysisMethod::h2o:
+      return "h2o";
   }
   return "?";
 }
 
 bool method_available(const LayerQuery& lq, AnalysisMethod m) {
   switch (m) {
-    case AnalysisMethod::sketch: return lq.sketch_logits != nullptr;
-    case AnalysisMethod::quest: return lq.quest_bound != nullptr && lq.quest_block > 0;
-    case AnalysisMethod::h2o: return lq.history != nullptr;
-    default: return lq.prob != nullptr && lq.logits != nullptr;
+    case AnalysisMethod::sketch:
+      return lq.sketch_logits != nullptr;
+    case AnalysisMethod::quest:
+      return lq.quest_bound != nullptr && lq.quest_block > 0;
+    case AnalysisMethod::h2o:
+      return lq.history != nullptr;
+    default:
+      return lq.prob != nullptr && lq.logits != nullptr;
   }
 }
 
@@ -146,7 +161,8 @@ std::vector<int32_t> select_keys(const LayerQuery& lq, AnalysisMethod m, const B
   return keys;
 }
 
-double mass_recall(const float* prob, int32_t n, int32_t h0, int32_t h1, std::span<const int32_t> keys) {
+double mass_recall(const float* prob, int32_t n, int32_t h0, int32_t h1,
+                   std::span<const int32_t> keys) {
   if (h1 <= h0) return 0.0;
   double total = 0;
   for (int32_t h = h0; h < h1; ++h) {
@@ -172,8 +188,8 @@ double method_recall(const LayerQuery& lq, AnalysisMethod m, const BudgetSplit& 
   return total / (G * lq.n_head_kv);
 }
 
-std::vector<int32_t> pick_blocks(const float* block_score, int32_t block, int32_t begin, int32_t end,
-                                 int32_t k) {
+std::vector<int32_t> pick_blocks(const float* block_score, int32_t block, int32_t begin,
+                                 int32_t end, int32_t k) {
   std::vector<int32_t> out;
   if (end <= begin || k <= 0) return out;
   block = std::max(block, 1);
@@ -292,7 +308,8 @@ void top_p_budgets(const float* prob, int32_t n_head, int32_t n, std::span<const
     const std::vector<int32_t> a = top_p_counts(std::span<const float>(row, n), masses);
     std::copy(a.begin(), a.end(), out_all + int64_t{h} * n_m);
     if (c1 > c0) {
-      const std::vector<int32_t> m = top_p_counts(std::span<const float>(row + c0, c1 - c0), masses);
+      const std::vector<int32_t> m =
+          top_p_counts(std::span<const float>(row + c0, c1 - c0), masses);
       std::copy(m.begin(), m.end(), out_mid + int64_t{h} * n_m);
     } else {
       std::fill_n(out_mid + int64_t{h} * n_m, n_m, -1);

@@ -80,7 +80,8 @@ std::vector<int32_t> select_keys(const LayerQuery& lq, AnalysisMethod m, const B
                                  int32_t h0, int32_t h1);
 
 // Mean over heads [h0, h1) of the attention mass on `keys`: sum_{j in keys} prob[h, j].
-double mass_recall(const float* prob, int32_t n, int32_t h0, int32_t h1, std::span<const int32_t> keys);
+double mass_recall(const float* prob, int32_t n, int32_t h0, int32_t h1,
+                   std::span<const int32_t> keys);
 
 // Recall of the true attention mass by method m (mean over all heads). tokenselect_group
 // selects per KV group and scores each head against its group's set; the others select one
@@ -92,8 +93,8 @@ double method_recall(const LayerQuery& lq, AnalysisMethod m, const BudgetSplit& 
 // block that does not fit whole gives its first tokens, so exactly min(k, end - begin)
 // tokens are returned, ascending. block_score has ceil(end / block) entries (blocks before
 // `begin / block` are ignored).
-std::vector<int32_t> pick_blocks(const float* block_score, int32_t block, int32_t begin, int32_t end,
-                                 int32_t k);
+std::vector<int32_t> pick_blocks(const float* block_score, int32_t block, int32_t begin,
+                                 int32_t end, int32_t k);
 
 // TokenSelect's granularity measure: the critical set is the top-k keys by `score` (ties to
 // the lower index); blocks of `block` keys ranked by their summed score are taken until k

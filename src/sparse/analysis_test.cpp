@@ -55,13 +55,16 @@ Instance make_instance(uint32_t seed, int32_t H, int32_t Hkv, int32_t n, int32_t
     double m = -1e300, s = 0;
     for (int32_t j = 0; j < n; ++j) {
       double dot = 0;
-      for (int32_t c = 0; c < d; ++c) dot += double{in.q[h * d + c]} * in.k[(int64_t{h / G} * n + j) * d + c];
+      for (int32_t c = 0; c < d; ++c)
+        dot += double{in.q[h * d + c]} * in.k[(int64_t{h / G} * n + j) * d + c];
       in.logits[int64_t{h} * n + j] = static_cast<float>(dot);
       m = std::max(m, dot * in.scale);
     }
-    for (int32_t j = 0; j < n; ++j) s += std::exp(in.logits[int64_t{h} * n + j] * double{in.scale} - m);
+    for (int32_t j = 0; j < n; ++j)
+      s += std::exp(in.logits[int64_t{h} * n + j] * double{in.scale} - m);
     for (int32_t j = 0; j < n; ++j) {
-      in.prob[int64_t{h} * n + j] = static_cast<float>(std::exp(in.logits[int64_t{h} * n + j] * double{in.scale} - m) / s);
+      in.prob[int64_t{h} * n + j] =
+          static_cast<float>(std::exp(in.logits[int64_t{h} * n + j] * double{in.scale} - m) / s);
     }
   }
   // "sketch" logits: the exact ones plus noise (the selection code only sees the rows).
@@ -73,7 +76,8 @@ Instance make_instance(uint32_t seed, int32_t H, int32_t Hkv, int32_t n, int32_t
   for (int32_t h = 0; h < H; ++h) {
     block_min_max(in.k.data() + int64_t{h / G} * n * d, n, d, B, mn.data(), mx.data());
     for (int32_t b = 0; b < nb; ++b) {
-      in.bound[int64_t{h} * nb + b] = quest_bound(in.q.data() + h * d, mn.data() + b * d, mx.data() + b * d, d);
+      in.bound[int64_t{h} * nb + b] =
+          quest_bound(in.q.data() + h * d, mn.data() + b * d, mx.data() + b * d, d);
     }
   }
   in.history.resize(n);
@@ -91,7 +95,8 @@ std::set<int32_t> top_set(const std::vector<double>& v, int32_t k) {
 }
 
 // Reference of every method for heads [h0, h1), written from the definitions.
-std::set<int32_t> reference_keys(const Instance& in, AnalysisMethod m, const BudgetSplit& s, int32_t h0, int32_t h1) {
+std::set<int32_t> reference_keys(const Instance& in, AnalysisMethod m, const BudgetSplit& s,
+                                 int32_t h0, int32_t h1) {
   const int32_t n = in.n;
   std::set<int32_t> out;
   auto add_range = [&](int32_t a, int32_t b) {
@@ -116,9 +121,12 @@ std::set<int32_t> reference_keys(const Instance& in, AnalysisMethod m, const Bud
   auto softmax_sum = [&](const std::vector<float>& rows) {
     for (int32_t h = h0; h < h1; ++h) {
       double mx = -1e300, z = 0;
-      for (int32_t j = 0; j < nm; ++j) mx = std::max(mx, double{in.scale} * rows[int64_t{h} * n + c0 + j]);
-      for (int32_t j = 0; j < nm; ++j) z += std::exp(double{in.scale} * rows[int64_t{h} * n + c0 + j] - mx);
-      for (int32_t j = 0; j < nm; ++j) score[j] += std::exp(double{in.scale} * rows[int64_t{h} * n + c0 + j] - mx) / z;
+      for (int32_t j = 0; j < nm; ++j)
+        mx = std::max(mx, double{in.scale} * rows[int64_t{h} * n + c0 + j]);
+      for (int32_t j = 0; j < nm; ++j)
+        z += std::exp(double{in.scale} * rows[int64_t{h} * n + c0 + j] - mx);
+      for (int32_t j = 0; j < nm; ++j)
+        score[j] += std::exp(double{in.scale} * rows[int64_t{h} * n + c0 + j] - mx) / z;
     }
   };
   switch (m) {
@@ -163,7 +171,8 @@ std::set<int32_t> reference_keys(const Instance& in, AnalysisMethod m, const Bud
       std::sort(blocks.begin(), blocks.end());
       int32_t taken = 0;
       for (const auto& [neg, b] : blocks) {
-        for (int32_t j = std::max(c0, b * 16); j < std::min(c1, b * 16 + 16) && taken < s.top_k; ++j, ++taken) {
+        for (int32_t j = std::max(c0, b * 16); j < std::min(c1, b * 16 + 16) && taken < s.top_k;
+             ++j, ++taken) {
           out.insert(j);
         }
       }
@@ -251,7 +260,8 @@ TEST(Analysis, GroupScopeScoresEachHeadAgainstItsGroupsSet) {
   const BudgetSplit s = split_budget(50, in.n);
   double want = 0;
   for (int32_t g = 0; g < 3; ++g) {
-    const std::set<int32_t> keys = reference_keys(in, AnalysisMethod::tokenselect_group, s, 2 * g, 2 * g + 2);
+    const std::set<int32_t> keys =
+        reference_keys(in, AnalysisMethod::tokenselect_group, s, 2 * g, 2 * g + 2);
     for (int32_t h = 2 * g; h < 2 * g + 2; ++h) {
       for (int32_t j : keys) want += in.prob[int64_t{h} * in.n + j];
     }
@@ -282,7 +292,9 @@ TEST(Analysis, SoftVoteKeepsQuietHeadsThatRawSumDrowns) {
     double m = -1e300, z = 0;
     for (int32_t j = 0; j < n; ++j) m = std::max(m, double{in.logits[int64_t{h} * n + j]});
     for (int32_t j = 0; j < n; ++j) z += std::exp(in.logits[int64_t{h} * n + j] - m);
-    for (int32_t j = 0; j < n; ++j) in.prob[int64_t{h} * n + j] = static_cast<float>(std::exp(in.logits[int64_t{h} * n + j] - m) / z);
+    for (int32_t j = 0; j < n; ++j)
+      in.prob[int64_t{h} * n + j] =
+          static_cast<float>(std::exp(in.logits[int64_t{h} * n + j] - m) / z);
   }
   LayerQuery lq;
   lq.n_head = H, lq.n_head_kv = 1, lq.n = n, lq.scale = 1.0f;
@@ -325,7 +337,8 @@ TEST(Analysis, BlockRecallEqualsBruteForceAndIsOneAtTokenLevel) {
       for (int32_t j = 0; j < n; ++j) bsum[j / block] += score[j];
       std::vector<int32_t> order(bsum.size());
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bsum[a] > bsum[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return bsum[a] > bsum[b]; });
       int32_t taken = 0, hit = 0;
       for (int32_t b : order) {
         for (int32_t j = b * block; j < std::min(n, (b + 1) * block) && taken < k; ++j, ++taken) {
@@ -452,7 +465,8 @@ TEST(Analysis, TopPCountsHandMade) {
   EXPECT_EQ(top_p_counts(part, masses), (std::vector<int32_t>{1, 2, 3, 3, 4, 4}));
   // Empty and all-zero rows need no keys.
   EXPECT_EQ(top_p_counts({}, masses), (std::vector<int32_t>(masses.size(), 0)));
-  EXPECT_EQ(top_p_counts(std::vector<float>(3, 0.0f), masses), (std::vector<int32_t>(masses.size(), 0)));
+  EXPECT_EQ(top_p_counts(std::vector<float>(3, 0.0f), masses),
+            (std::vector<int32_t>(masses.size(), 0)));
   EXPECT_TRUE(top_p_counts(p, {}).empty());
 }
 
@@ -470,7 +484,8 @@ TEST(Analysis, TopPCountsEqualBruteForceOnRandomRows) {
     const std::vector<double> masses = {ud(rng), ud(rng), 0.9, 0.95};
     const std::vector<int32_t> got = top_p_counts(p, masses);
     ASSERT_EQ(got.size(), masses.size());
-    for (size_t i = 0; i < masses.size(); ++i) EXPECT_EQ(got[i], brute_top_p(p, masses[i])) << trial << " " << i;
+    for (size_t i = 0; i < masses.size(); ++i)
+      EXPECT_EQ(got[i], brute_top_p(p, masses[i])) << trial << " " << i;
   }
   // Longer softmax rows against the unsorted greedy reference.
   for (int trial = 0; trial < 40; ++trial) {
@@ -481,7 +496,8 @@ TEST(Analysis, TopPCountsEqualBruteForceOnRandomRows) {
     for (float& x : p) x = static_cast<float>(x / s);
     const std::vector<double> masses = {0.5, 0.9, 0.95, 0.99, ud(rng)};
     const std::vector<int32_t> got = top_p_counts(p, masses);
-    for (size_t i = 0; i < masses.size(); ++i) EXPECT_EQ(got[i], greedy_top_p(p, masses[i])) << trial << " " << i;
+    for (size_t i = 0; i < masses.size(); ++i)
+      EXPECT_EQ(got[i], greedy_top_p(p, masses[i])) << trial << " " << i;
     for (size_t i = 1; i < 4; ++i) EXPECT_LE(got[i - 1], got[i]);  // monotone in the mass
   }
 }

@@ -20,11 +20,15 @@ using nlohmann::json;
 constexpr const char* kFormat = "sieve-head-plan";
 constexpr int kVersion = 1;
 
-size_t lh(const HeadShape& s, int32_t layer, int32_t head) { return static_cast<size_t>(layer) * s.n_head + head; }
+size_t lh(const HeadShape& s, int32_t layer, int32_t head) {
+  return static_cast<size_t>(layer) * s.n_head + head;
+}
 
 // A float as the shortest decimal that reads back to the same float: weights stay exact
 // through JSON without 17-digit doubles.
-json short_float(float f) { return std::strtod(fmt::format("{}", f).c_str(), nullptr); }
+json short_float(float f) {
+  return std::strtod(fmt::format("{}", f).c_str(), nullptr);
+}
 
 json float_array(const std::vector<float>& v) {
   json a = json::array();
@@ -54,8 +58,8 @@ Result<std::vector<float>> get_floats(const json& v, size_t n, const std::string
 
 // [n_rows][n_cols] array of arrays into a flat vector.
 template <class T, class Conv>
-Status get_matrix(const json& root, const char* key, int32_t n_rows, int32_t n_cols, std::vector<T>& out,
-                  Conv conv) {
+Status get_matrix(const json& root, const char* key, int32_t n_rows, int32_t n_cols,
+                  std::vector<T>& out, Conv conv) {
   if (!root.contains(key)) return make_error("missing \"{}\"", key);
   const json& m = root.at(key);
   if (!m.is_array()) return make_error("\"{}\" must be an array with one array per layer", key);
@@ -66,11 +70,12 @@ Status get_matrix(const json& root, const char* key, int32_t n_rows, int32_t n_c
   for (int32_t r = 0; r < n_rows; ++r) {
     const json& row = m[r];
     if (!row.is_array() || static_cast<int32_t>(row.size()) != n_cols) {
-      return make_error("\"{}\"[{}] must have {} entries (one per query head), has {}", key, r, n_cols,
-                        row.is_array() ? row.size() : 0);
+      return make_error("\"{}\"[{}] must have {} entries (one per query head), has {}", key, r,
+                        n_cols, row.is_array() ? row.size() : 0);
     }
     for (int32_t c = 0; c < n_cols; ++c) {
-      Status st = conv(row[c], out[static_cast<size_t>(r) * n_cols + c], fmt::format("\"{}\"[{}][{}]", key, r, c));
+      Status st = conv(row[c], out[static_cast<size_t>(r) * n_cols + c],
+                       fmt::format("\"{}\"[{}][{}]", key, r, c));
       if (!st) return st;
     }
   }
@@ -107,7 +112,9 @@ int32_t HeadPlan::n_retrieval(int32_t layer) const {
 }
 
 double HeadPlan::retrieval_share() const {
-  return retrieval.empty() ? 0.0 : static_cast<double>(n_retrieval()) / static_cast<double>(retrieval.size());
+  return retrieval.empty()
+             ? 0.0
+             : static_cast<double>(n_retrieval()) / static_cast<double>(retrieval.size());
 }
 
 int32_t HeadPlan::n_kv_full() const {
@@ -133,44 +140,59 @@ const float* HeadPlan::indexer_k(int32_t layer, int32_t kv_head) const {
 Status validate_head_plan(const HeadPlan& p) {
   const HeadShape& s = p.shape;
   if (s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.head_dim <= 0) {
-    return make_error("head plan: shape n_layer={} n_head={} n_head_kv={} head_dim={} must be positive", s.n_layer,
-                      s.n_head, s.n_head_kv, s.head_dim);
+    return make_error(
+        "head plan: shape n_layer={} n_head={} n_head_kv={} head_dim={} must be positive",
+        s.n_layer, s.n_head, s.n_head_kv, s.head_dim);
   }
   if (s.n_head % s.n_head_kv != 0) {
-    return make_error("head plan: n_head = {} is not a multiple of n_head_kv = {}", s.n_head, s.n_head_kv);
+    return make_error("head plan: n_head = {} is not a multiple of n_head_kv = {}", s.n_head,
+                      s.n_head_kv);
   }
   const size_t n = static_cast<size_t>(s.n_layer) * s.n_head;
   if (p.retrieval.size() != n || p.scores.size() != n) {
-    return make_error("head plan: masks/scores hold {}/{} heads, the shape has {}", p.retrieval.size(), p.scores.size(), n);
+    return make_error("head plan: masks/scores hold {}/{} heads, the shape has {}",
+                      p.retrieval.size(), p.scores.size(), n);
   }
   for (size_t i = 0; i < n; ++i) {
-    if (p.retrieval[i] > 1) return make_error("head plan: mask of layer {} head {} is not 0/1", i / s.n_head, i % s.n_head);
-    if (!std::isfinite(p.scores[i])) return make_error("head plan: score of layer {} head {} is not finite", i / s.n_head, i % s.n_head);
+    if (p.retrieval[i] > 1)
+      return make_error("head plan: mask of layer {} head {} is not 0/1", i / s.n_head,
+                        i % s.n_head);
+    if (!std::isfinite(p.scores[i]))
+      return make_error("head plan: score of layer {} head {} is not finite", i / s.n_head,
+                        i % s.n_head);
   }
-  if (!(p.ratio >= 0.0f && p.ratio <= 1.0f)) return make_error("head plan: ratio {} is not in [0, 1]", p.ratio);
+  if (!(p.ratio >= 0.0f && p.ratio <= 1.0f))
+    return make_error("head plan: ratio {} is not in [0, 1]", p.ratio);
   if (p.d_idx < 0 || p.d_idx > s.head_dim) {
-    return make_error("head plan: indexer d_idx = {} is not in [0, head_dim = {}]", p.d_idx, s.head_dim);
+    return make_error("head plan: indexer d_idx = {} is not in [0, head_dim = {}]", p.d_idx,
+                      s.head_dim);
   }
   if (p.d_idx > 0) {
     const size_t w = static_cast<size_t>(s.head_dim) * p.d_idx;
     if (p.w_q.size() != n || p.w_k.size() != static_cast<size_t>(s.n_layer) * s.n_head_kv) {
-      return make_error("head plan: indexer tables have {} query / {} KV heads, the shape has {} / {}", p.w_q.size(),
-                        p.w_k.size(), n, static_cast<size_t>(s.n_layer) * s.n_head_kv);
+      return make_error(
+          "head plan: indexer tables have {} query / {} KV heads, the shape has {} / {}",
+          p.w_q.size(), p.w_k.size(), n, static_cast<size_t>(s.n_layer) * s.n_head_kv);
     }
     for (size_t i = 0; i < p.w_q.size(); ++i) {
       const int32_t l = static_cast<int32_t>(i / s.n_head), h = static_cast<int32_t>(i % s.n_head);
       if (!p.w_q[i].empty() && p.w_q[i].size() != w) {
-        return make_error("head plan: indexer W_Q of layer {} head {} has {} values, expected head_dim * d_idx = {}", l,
-                          h, p.w_q[i].size(), w);
+        return make_error(
+            "head plan: indexer W_Q of layer {} head {} has {} values, expected head_dim * d_idx = "
+            "{}",
+            l, h, p.w_q[i].size(), w);
       }
-      if (!p.w_q[i].empty() && p.w_k[static_cast<size_t>(l) * s.n_head_kv + h / (s.n_head / s.n_head_kv)].empty()) {
-        return make_error("head plan: indexer of layer {} head {} has W_Q but its KV head has no W_K", l, h);
+      if (!p.w_q[i].empty() &&
+          p.w_k[static_cast<size_t>(l) * s.n_head_kv + h / (s.n_head / s.n_head_kv)].empty()) {
+        return make_error(
+            "head plan: indexer of layer {} head {} has W_Q but its KV head has no W_K", l, h);
       }
     }
     for (size_t i = 0; i < p.w_k.size(); ++i) {
       if (!p.w_k[i].empty() && p.w_k[i].size() != w) {
-        return make_error("head plan: indexer W_K of layer {} KV head {} has {} values, expected {}", i / s.n_head_kv,
-                          i % s.n_head_kv, p.w_k[i].size(), w);
+        return make_error(
+            "head plan: indexer W_K of layer {} KV head {} has {} values, expected {}",
+            i / s.n_head_kv, i % s.n_head_kv, p.w_k[i].size(), w);
       }
     }
   }
@@ -179,12 +201,16 @@ Status validate_head_plan(const HeadPlan& p) {
 
 Status check_head_plan_shape(const HeadPlan& p, const HeadShape& m) {
   const HeadShape& s = p.shape;
-  if (s.n_layer != m.n_layer) return make_error("head plan has {} layers, the model {}", s.n_layer, m.n_layer);
-  if (s.n_head != m.n_head) return make_error("head plan has {} query heads per layer, the model {}", s.n_head, m.n_head);
+  if (s.n_layer != m.n_layer)
+    return make_error("head plan has {} layers, the model {}", s.n_layer, m.n_layer);
+  if (s.n_head != m.n_head)
+    return make_error("head plan has {} query heads per layer, the model {}", s.n_head, m.n_head);
   if (s.n_head_kv != m.n_head_kv) {
-    return make_error("head plan has {} KV heads per layer, the model {}", s.n_head_kv, m.n_head_kv);
+    return make_error("head plan has {} KV heads per layer, the model {}", s.n_head_kv,
+                      m.n_head_kv);
   }
-  if (s.head_dim != m.head_dim) return make_error("head plan has head_dim {}, the model {}", s.head_dim, m.head_dim);
+  if (s.head_dim != m.head_dim)
+    return make_error("head plan has head_dim {}, the model {}", s.head_dim, m.head_dim);
   return {};
 }
 
@@ -194,8 +220,14 @@ std::string head_plan_to_json(const HeadPlan& p) {
   j["format"] = kFormat;
   j["version"] = kVersion;
   j["model"] = {{"name", p.model_name}, {"arch", p.model_arch}, {"sha256", p.model_sha256}};
-  j["shape"] = {{"n_layer", s.n_layer}, {"n_head", s.n_head}, {"n_head_kv", s.n_head_kv}, {"head_dim", s.head_dim}};
-  j["calibration"] = {{"ratio", short_float(p.ratio)}, {"seed", p.seed}, {"samples", p.samples}, {"ctx", p.ctx},
+  j["shape"] = {{"n_layer", s.n_layer},
+                {"n_head", s.n_head},
+                {"n_head_kv", s.n_head_kv},
+                {"head_dim", s.head_dim}};
+  j["calibration"] = {{"ratio", short_float(p.ratio)},
+                      {"seed", p.seed},
+                      {"samples", p.samples},
+                      {"ctx", p.ctx},
                       {"score", p.score_method}};
   j["n_retrieval"] = p.n_retrieval();  // informational (recomputed on read)
   j["retrieval_share"] = p.retrieval_share();
@@ -214,7 +246,8 @@ std::string head_plan_to_json(const HeadPlan& p) {
   if (p.d_idx > 0) {
     json ix;
     ix["d_idx"] = p.d_idx;
-    ix["input"] = "pre-RoPE q and k; W row-major [head_dim, d_idx]; logit = (q W_Q).(k W_K) * attn_scale";
+    ix["input"] =
+        "pre-RoPE q and k; W row-major [head_dim, d_idx]; logit = (q W_Q).(k W_K) * attn_scale";
     ix["recall_k"] = p.recall_k;
     ix["recall_of"] = p.recall_of;
     ix["fit_ms"] = p.fit_ms;
@@ -228,7 +261,9 @@ std::string head_plan_to_json(const HeadPlan& p) {
           fit.push_back(nullptr);
         } else {
           const IndexerFit& f = p.fit[lh(s, l, h)];
-          json o = {{"kl_init", f.kl_init}, {"kl_fit", f.kl_fit}, {"recall_init", f.recall_init},
+          json o = {{"kl_init", f.kl_init},
+                    {"kl_fit", f.kl_fit},
+                    {"recall_init", f.recall_init},
                     {"recall_fit", f.recall_fit}};
           if (f.keep > 0) {
             o["keep"] = f.keep;
@@ -263,7 +298,9 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   }
   auto version = get_int(j, "version", "head plan");
   if (!version) return version.error();
-  if (*version != kVersion) return make_error("head plan: version {} is not supported (this build reads {})", *version, kVersion);
+  if (*version != kVersion)
+    return make_error("head plan: version {} is not supported (this build reads {})", *version,
+                      kVersion);
   HeadPlan p;
   if (!j.contains("shape")) return make_error("head plan: missing \"shape\"");
   const json& sh = j["shape"];
@@ -272,11 +309,13 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   for (int i = 0; i < 4; ++i) {
     auto v = get_int(sh, names[i], "head plan shape");
     if (!v) return v.error();
-    if (*v <= 0 || *v > (1 << 16)) return make_error("head plan shape: {} = {} is out of range", names[i], *v);
+    if (*v <= 0 || *v > (1 << 16))
+      return make_error("head plan shape: {} = {} is out of range", names[i], *v);
     *dims[i] = static_cast<int32_t>(*v);
   }
   if (p.shape.n_head % p.shape.n_head_kv != 0) {
-    return make_error("head plan: n_head = {} is not a multiple of n_head_kv = {}", p.shape.n_head, p.shape.n_head_kv);
+    return make_error("head plan: n_head = {} is not a multiple of n_head_kv = {}", p.shape.n_head,
+                      p.shape.n_head_kv);
   }
   if (j.contains("model") && j["model"].is_object()) {
     const json& m = j["model"];
@@ -297,31 +336,36 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
     }
   }
   const HeadShape s = p.shape;
-  Status st = get_matrix(j, "retrieval", s.n_layer, s.n_head, p.retrieval,
-                         [](const json& v, uint8_t& out, const std::string& where) -> Status {
-                           if (!v.is_number_integer() || (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
-                             return make_error("head plan: {} must be 0 or 1", where);
-                           }
-                           out = static_cast<uint8_t>(v.get<int64_t>());
-                           return {};
-                         });
+  Status st =
+      get_matrix(j, "retrieval", s.n_layer, s.n_head, p.retrieval,
+                 [](const json& v, uint8_t& out, const std::string& where) -> Status {
+                   if (!v.is_number_integer() || (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+                     return make_error("head plan: {} must be 0 or 1", where);
+                   }
+                   out = static_cast<uint8_t>(v.get<int64_t>());
+                   return {};
+                 });
   if (!st) return st.error();
-  st = get_matrix(j, "scores", s.n_layer, s.n_head, p.scores, [](const json& v, float& out, const std::string& where) -> Status {
-    if (!v.is_number()) return make_error("head plan: {} is not a number", where);
-    out = v.get<float>();
-    return {};
-  });
+  st = get_matrix(j, "scores", s.n_layer, s.n_head, p.scores,
+                  [](const json& v, float& out, const std::string& where) -> Status {
+                    if (!v.is_number()) return make_error("head plan: {} is not a number", where);
+                    out = v.get<float>();
+                    return {};
+                  });
   if (!st) return st.error();
   if (j.contains("indexer") && !j["indexer"].is_null()) {
     const json& ix = j["indexer"];
     auto d = get_int(ix, "d_idx", "head plan indexer");
     if (!d) return d.error();
-    if (*d <= 0 || *d > s.head_dim) return make_error("head plan indexer: d_idx = {} is not in [1, head_dim = {}]", *d, s.head_dim);
+    if (*d <= 0 || *d > s.head_dim)
+      return make_error("head plan indexer: d_idx = {} is not in [1, head_dim = {}]", *d,
+                        s.head_dim);
     p.d_idx = static_cast<int32_t>(*d);
     p.recall_k = ix.value("recall_k", 0);
     p.recall_of = ix.value("recall_of", 0);
     p.fit_ms = ix.value("fit_ms", 0.0);
-    if (!ix.contains("layers") || !ix["layers"].is_array() || static_cast<int32_t>(ix["layers"].size()) != s.n_layer) {
+    if (!ix.contains("layers") || !ix["layers"].is_array() ||
+        static_cast<int32_t>(ix["layers"].size()) != s.n_layer) {
       return make_error("head plan indexer: \"layers\" must be an array of {} layers", s.n_layer);
     }
     const size_t w = static_cast<size_t>(s.head_dim) * p.d_idx;
@@ -330,18 +374,21 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
     p.fit.assign(p.w_q.size(), IndexerFit{});
     for (int32_t l = 0; l < s.n_layer; ++l) {
       const json& L = ix["layers"][l];
-      if (!L.is_object() || !L.contains("w_q") || !L.contains("w_k") || !L["w_q"].is_array() || !L["w_k"].is_array() ||
-          static_cast<int32_t>(L["w_q"].size()) != s.n_head || static_cast<int32_t>(L["w_k"].size()) != s.n_head_kv) {
-        return make_error("head plan indexer layer {}: needs \"w_q\" ({} entries) and \"w_k\" ({} entries)", l, s.n_head,
-                          s.n_head_kv);
+      if (!L.is_object() || !L.contains("w_q") || !L.contains("w_k") || !L["w_q"].is_array() ||
+          !L["w_k"].is_array() || static_cast<int32_t>(L["w_q"].size()) != s.n_head ||
+          static_cast<int32_t>(L["w_k"].size()) != s.n_head_kv) {
+        return make_error(
+            "head plan indexer layer {}: needs \"w_q\" ({} entries) and \"w_k\" ({} entries)", l,
+            s.n_head, s.n_head_kv);
       }
       for (int32_t h = 0; h < s.n_head; ++h) {
         if (L["w_q"][h].is_null()) continue;
-        auto v = get_floats(L["w_q"][h], w, fmt::format("head plan indexer layer {} w_q[{}]", l, h));
+        auto v =
+            get_floats(L["w_q"][h], w, fmt::format("head plan indexer layer {} w_q[{}]", l, h));
         if (!v) return v.error();
         p.w_q[lh(s, l, h)] = std::move(*v);
-        if (L.contains("fit") && L["fit"].is_array() && static_cast<int32_t>(L["fit"].size()) == s.n_head &&
-            L["fit"][h].is_object()) {
+        if (L.contains("fit") && L["fit"].is_array() &&
+            static_cast<int32_t>(L["fit"].size()) == s.n_head && L["fit"][h].is_object()) {
           const json& f = L["fit"][h];
           IndexerFit& o = p.fit[lh(s, l, h)];
           o.kl_init = f.value("kl_init", 0.0);
@@ -355,7 +402,8 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
       }
       for (int32_t g = 0; g < s.n_head_kv; ++g) {
         if (L["w_k"][g].is_null()) continue;
-        auto v = get_floats(L["w_k"][g], w, fmt::format("head plan indexer layer {} w_k[{}]", l, g));
+        auto v =
+            get_floats(L["w_k"][g], w, fmt::format("head plan indexer layer {} w_k[{}]", l, g));
         if (!v) return v.error();
         p.w_k[static_cast<size_t>(l) * s.n_head_kv + g] = std::move(*v);
       }
@@ -372,7 +420,8 @@ Result<HeadPlan> load_head_plan(const std::string& path, const HeadShape* model)
   if (!p) return make_error("{}: {}", path, p.message());
   if (model) {
     if (Status st = check_head_plan_shape(*p, *model); !st) {
-      return make_error("{}: {} (calibrate it for this model with sieve calibrate)", path, st.message());
+      return make_error("{}: {} (calibrate it for this model with sieve calibrate)", path,
+                        st.message());
     }
   }
   return p;
@@ -392,11 +441,13 @@ void choose_retrieval_heads(HeadPlan& plan, float ratio) {
   plan.ratio = ratio;
   plan.retrieval.assign(n, 0);
   if (n == 0) return;
-  size_t want = static_cast<size_t>(std::llround(static_cast<double>(ratio) * static_cast<double>(n)));
+  size_t want =
+      static_cast<size_t>(std::llround(static_cast<double>(ratio) * static_cast<double>(n)));
   want = std::clamp<size_t>(want, 1, n);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.scores[a] > plan.scores[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return plan.scores[a] > plan.scores[b]; });
   for (size_t i = 0; i < want; ++i) plan.retrieval[order[i]] = 1;
 }
 

@@ -24,8 +24,9 @@ struct HeadShape {
 
 // Fit quality of one query head's indexer on held-out calibration queries.
 struct IndexerFit {
-  double kl_init = 0, kl_fit = 0;          // KL(full || indexer attention), nats, mean
-  double recall_init = 0, recall_fit = 0;  // top-`recall_k` of full attention inside the indexer's top-`recall_of`
+  double kl_init = 0, kl_fit = 0;  // KL(full || indexer attention), nats, mean
+  double recall_init = 0,
+         recall_fit = 0;  // top-`recall_k` of full attention inside the indexer's top-`recall_of`
   // The top-p budget on held-out calibration queries (0 when not measured): the shares of the
   // candidate keys kept by the indexer's top-p and by the full attention's own, and the
   // attention mass the indexer's set holds.
@@ -60,7 +61,9 @@ struct HeadPlan {
   bool is_retrieval(int32_t layer, int32_t head) const {
     return retrieval[static_cast<size_t>(layer) * shape.n_head + head] != 0;
   }
-  float score(int32_t layer, int32_t head) const { return scores[static_cast<size_t>(layer) * shape.n_head + head]; }
+  float score(int32_t layer, int32_t head) const {
+    return scores[static_cast<size_t>(layer) * shape.n_head + head];
+  }
   // A KV group must keep full KV when any of its query heads is a retrieval head.
   bool kv_group_full(int32_t layer, int32_t kv_head) const;
   int32_t n_retrieval() const;

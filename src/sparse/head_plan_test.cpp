@@ -123,7 +123,8 @@ TEST(HeadPlan, BadInputIsOneClearError) {
   expect_error([](json& j) { j["shape"]["n_head"] = 5; }, "multiple of n_head_kv");
   expect_error([](json& j) { j["shape"]["n_layer"] = "3"; }, "n_layer");
   expect_error([](json& j) { j["retrieval"].erase(0); }, "has 2 layers");
-  expect_error([](json& j) { j["retrieval"][1].push_back(0); }, "\"retrieval\"[1] must have 6 entries");
+  expect_error([](json& j) { j["retrieval"][1].push_back(0); },
+               "\"retrieval\"[1] must have 6 entries");
   expect_error([](json& j) { j["retrieval"][2][3] = 2; }, "\"retrieval\"[2][3] must be 0 or 1");
   expect_error([](json& j) { j["retrieval"][0][0] = 0.5; }, "must be 0 or 1");
   expect_error([](json& j) { j["scores"][0][1] = "x"; }, "\"scores\"[0][1] is not a number");
@@ -162,7 +163,8 @@ TEST(HeadPlan, ShapeMustMatchTheModel) {
   EXPECT_FALSE(check_head_plan_shape(p, HeadShape{3, 6, 3, 8}));
   EXPECT_FALSE(check_head_plan_shape(p, HeadShape{3, 6, 2, 64}));
 
-  const std::string path = (std::filesystem::temp_directory_path() / "sieve_head_plan_test.json").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "sieve_head_plan_test.json").string();
   ASSERT_TRUE(save_head_plan(p, path));
   const HeadShape model{3, 6, 2, 8}, other{4, 6, 2, 8};
   EXPECT_TRUE(load_head_plan(path, &model));

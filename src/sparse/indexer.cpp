@@ -4,8 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <numbers>
+#include <numeric>
 #include <random>
 
 #include "core/assert.h"
@@ -104,14 +104,16 @@ void project_keys(const IndexerGroupData& data, const std::vector<float>& w_k, i
     const IndexerSeq& S = data.seqs[s];
     kt[s].resize(static_cast<size_t>(S.n_keys) * d);
     pool.parallel_for(S.n_keys, 64, [&](int64_t a, int64_t z) {
-      project_rows(S.keys.data() + a * data.head_dim, z - a, data.head_dim, w_k.data(), d, kt[s].data() + a * d);
+      project_rows(S.keys.data() + a * data.head_dim, z - a, data.head_dim, w_k.data(), d,
+                   kt[s].data() + a * d);
     });
   }
 }
 
 }  // namespace
 
-void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& values, std::vector<double>& vecs) {
+void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& values,
+                     std::vector<double>& vecs) {
   std::vector<double> v(static_cast<size_t>(n) * n, 0.0);
   for (int32_t i = 0; i < n; ++i) v[static_cast<size_t>(i) * n + i] = 1.0;
   auto A = [&](int32_t i, int32_t j) -> double& { return a[static_cast<size_t>(i) * n + j]; };
@@ -127,7 +129,8 @@ void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& valu
         const double apq = A(p, q);
         if (std::abs(apq) < 1e-300) continue;
         const double theta = (A(q, q) - A(p, p)) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double t =
+            (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
         const double c = 1 / std::sqrt(t * t + 1), s = t * c;
         for (int32_t k = 0; k < n; ++k) {  // A <- A J (columns p, q)
           const double akp = A(k, p), akq = A(k, q);
@@ -151,17 +154,19 @@ void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& valu
   }
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return A(x, x) > A(y, y); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t x, int32_t y) { return A(x, x) > A(y, y); });
   values.resize(n);
   vecs.assign(static_cast<size_t>(n) * n, 0.0);
   for (int32_t c = 0; c < n; ++c) {
     values[c] = A(order[c], order[c]);
-    for (int32_t r = 0; r < n; ++r) vecs[static_cast<size_t>(r) * n + c] = v[static_cast<size_t>(r) * n + order[c]];
+    for (int32_t r = 0; r < n; ++r)
+      vecs[static_cast<size_t>(r) * n + c] = v[static_cast<size_t>(r) * n + order[c]];
   }
 }
 
-void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d, std::vector<float>& w_k,
-                  std::vector<std::vector<float>>& w_q) {
+void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
+                  std::vector<float>& w_k, std::vector<std::vector<float>>& w_q) {
   const int32_t D = data.head_dim;
   w_k.assign(static_cast<size_t>(D) * d, 0.0f);
   w_q.assign(data.n_heads, std::vector<float>(static_cast<size_t>(D) * d, 0.0f));
@@ -218,7 +223,9 @@ void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int3
   std::vector<double> values, vecs;
   symmetric_eigen(std::move(b), D, values, vecs);
   for (int32_t r = 0; r < D; ++r) {
-    for (int32_t c = 0; c < d; ++c) w_k[static_cast<size_t>(r) * d + c] = static_cast<float>(vecs[static_cast<size_t>(r) * D + c]);
+    for (int32_t c = 0; c < d; ++c)
+      w_k[static_cast<size_t>(r) * d + c] =
+          static_cast<float>(vecs[static_cast<size_t>(r) * D + c]);
   }
   for (auto& w : w_q) w = w_k;
 }
@@ -232,10 +239,12 @@ namespace {
 // with its own Scratch; sums are taken in item order, so the means do not depend on the pool.
 // A head with no item reads 0.
 template <int K, class Scratch, class Metric>
-std::array<std::vector<double>, K> per_head_means(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
+std::array<std::vector<double>, K> per_head_means(const IndexerGroupData& data,
+                                                  const IndexerFitOptions& o, int32_t d,
                                                   const std::vector<float>& w_k,
-                                                  const std::vector<std::vector<float>>& w_q, bool want_held_out,
-                                                  ThreadPool& pool, Metric metric) {
+                                                  const std::vector<std::vector<float>>& w_q,
+                                                  bool want_held_out, ThreadPool& pool,
+                                                  Metric metric) {
   const int32_t D = data.head_dim;
   const float s = scale_of(o, D);
   std::vector<std::vector<float>> kt;
@@ -252,7 +261,8 @@ std::array<std::vector<double>, K> per_head_means(const IndexerGroupData& data, 
       auto logits = [&]() -> std::pair<const float*, double> {
         const int32_t n = S.q_len[I.q];
         z.resize(n);
-        project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D, w_q[I.head].data(), d, qt.data());
+        project_rows(S.queries.data() + (int64_t{I.head} * S.n_q + I.q) * D, 1, D,
+                     w_q[I.head].data(), d, qt.data());
         const double lse = indexer_logits(qt.data(), kt[I.seq].data(), n, d, s, z.data());
         return {z.data(), lse};
       };
@@ -278,27 +288,30 @@ std::array<std::vector<double>, K> per_head_means(const IndexerGroupData& data, 
 }  // namespace
 
 IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
-                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q,
-                             bool want_held_out, ThreadPool& pool) {
+                             const std::vector<float>& w_k,
+                             const std::vector<std::vector<float>>& w_q, bool want_held_out,
+                             ThreadPool& pool) {
   struct Scratch {
     std::vector<int32_t> a, b;
     TopPScratch sc;
   };
-  auto m = per_head_means<2, Scratch>(
-      data, o, d, w_k, w_q, want_held_out, pool,
-      [&](const Item& I, const IndexerSeq& S, auto& logits, Scratch& x, std::array<double, 2>& out) {
-        const int32_t n = S.q_len[I.q];
-        const auto [z, lse] = logits();
-        const float* p = S.target.data() + I.t_off;
-        out[0] = kl_of(p, z, lse, n);
-        out[1] = recall_of(p, z, n, o.recall_k, o.recall_of, x.sc, x.a, x.b);
-        return true;
-      });
+  auto m = per_head_means<2, Scratch>(data, o, d, w_k, w_q, want_held_out, pool,
+                                      [&](const Item& I, const IndexerSeq& S, auto& logits,
+                                          Scratch& x, std::array<double, 2>& out) {
+                                        const int32_t n = S.q_len[I.q];
+                                        const auto [z, lse] = logits();
+                                        const float* p = S.target.data() + I.t_off;
+                                        out[0] = kl_of(p, z, lse, n);
+                                        out[1] = recall_of(p, z, n, o.recall_k, o.recall_of, x.sc,
+                                                           x.a, x.b);
+                                        return true;
+                                      });
   return IndexerEval{std::move(m[0]), std::move(m[1])};
 }
 
 IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d,
-                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q, float gain,
+                             const std::vector<float>& w_k,
+                             const std::vector<std::vector<float>>& w_q, float gain,
                              bool want_held_out, ThreadPool& pool) {
   SIEVE_ASSERT(o.budget_p > 0);
   const TopPParams tp{o.budget_p, o.budget_min_keep, 0};
@@ -309,7 +322,8 @@ IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptio
   // keep, coverage, oracle keep; a query with fewer than 64 candidates is left out.
   auto m = per_head_means<3, Scratch>(
       data, o, d, w_k, w_q, want_held_out, pool,
-      [&](const Item& I, const IndexerSeq& S, auto& logits, Scratch& x, std::array<double, 3>& out) {
+      [&](const Item& I, const IndexerSeq& S, auto& logits, Scratch& x,
+          std::array<double, 3>& out) {
         const int32_t n = S.q_len[I.q];
         const int32_t c0 = std::min(o.budget_sinks, n), c1 = std::max(c0, n - o.budget_window);
         const int32_t m = c1 - c0;
@@ -329,7 +343,8 @@ IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptio
   return IndexerBudget{std::move(m[0]), std::move(m[1]), std::move(m[2])};
 }
 
-IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, ThreadPool& pool) {
+IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o,
+                            ThreadPool& pool) {
   const int32_t D = data.head_dim, H = data.n_heads;
   SIEVE_ASSERT(D > 0 && H > 0);
   const int32_t d = std::clamp(o.d_idx > 0 ? o.d_idx : std::max(1, D / 8), 1, D);
@@ -344,7 +359,8 @@ IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOption
   const IndexerEval tr0 = evaluate_indexer(data, o, d, fit.w_k, w_q, false, pool);
 
   const std::vector<Item> items = make_items(data, false);
-  const double inv_items = items.empty() ? 0.0 : static_cast<double>(H) / static_cast<double>(items.size());
+  const double inv_items =
+      items.empty() ? 0.0 : static_cast<double>(H) / static_cast<double>(items.size());
   // Per block: dW_Q per head and per sequence the key-side accumulator U [n_keys, d].
   struct BlockAcc {
     std::vector<std::vector<double>> gq;  // [H][D * d]
@@ -354,7 +370,8 @@ IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOption
   for (BlockAcc& B : acc) {
     B.gq.assign(H, std::vector<double>(wsz));
     B.u.resize(data.seqs.size());
-    for (size_t si = 0; si < data.seqs.size(); ++si) B.u[si].resize(static_cast<size_t>(data.seqs[si].n_keys) * d);
+    for (size_t si = 0; si < data.seqs.size(); ++si)
+      B.u[si].resize(static_cast<size_t>(data.seqs[si].n_keys) * d);
   }
   // Adam state over [W_K, W_Q[0], ..., W_Q[H-1]].
   const size_t n_par = wsz * (1 + H);
@@ -424,7 +441,8 @@ IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOption
         }
       });
     }
-    const double lr = o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * step / std::max(1, o.steps))));
+    const double lr =
+        o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * step / std::max(1, o.steps))));
     const double b1 = 0.9, b2 = 0.999, t = step + 1;
     const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
     for (size_t i = 0; i < n_par; ++i) {

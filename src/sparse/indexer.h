@@ -22,11 +22,11 @@ enum class IndexerInit {
 };
 
 struct IndexerFitOptions {
-  int32_t d_idx = 0;      // 0: head_dim / 8
-  int32_t steps = 300;    // Adam steps (full batch over the training queries)
-  float lr = 0.02f;       // Adam step size (cosine decay to a tenth)
-  float scale = 0;        // logit scale s of the indexer (the model's attn_scale); 0: 1/sqrt(head_dim)
-  int32_t recall_k = 64;  // recall: the full attention's top recall_k tokens ...
+  int32_t d_idx = 0;    // 0: head_dim / 8
+  int32_t steps = 300;  // Adam steps (full batch over the training queries)
+  float lr = 0.02f;     // Adam step size (cosine decay to a tenth)
+  float scale = 0;  // logit scale s of the indexer (the model's attn_scale); 0: 1/sqrt(head_dim)
+  int32_t recall_k = 64;    // recall: the full attention's top recall_k tokens ...
   int32_t recall_of = 256;  // ... found in the indexer's top recall_of
   uint64_t seed = 1;
   IndexerInit init = IndexerInit::pca;
@@ -41,10 +41,10 @@ struct IndexerFitOptions {
 // One calibration sequence of a KV group. Query i of head a attends to keys [0, q_len[i]).
 struct IndexerSeq {
   int32_t n_keys = 0;
-  std::vector<float> keys;      // [n_keys, head_dim] pre-RoPE keys of the KV head
+  std::vector<float> keys;  // [n_keys, head_dim] pre-RoPE keys of the KV head
   int32_t n_q = 0;
-  std::vector<float> queries;   // [n_heads, n_q, head_dim] pre-RoPE queries
-  std::vector<int32_t> q_len;   // [n_q] causal length of each query
+  std::vector<float> queries;     // [n_heads, n_q, head_dim] pre-RoPE queries
+  std::vector<int32_t> q_len;     // [n_q] causal length of each query
   std::vector<uint8_t> held_out;  // [n_q] 1: evaluation only
   // [n_heads, sum(q_len)] the model's attention (post-RoPE, softmax of attn_scale * q.k);
   // query i of head a starts at a * sum(q_len) + sum(q_len[0..i)).
@@ -58,9 +58,10 @@ struct IndexerGroupData {
 };
 
 struct IndexerHeadFit {
-  std::vector<float> w_q;  // [head_dim, d_idx]
-  double kl_init = 0, kl_fit = 0;          // held-out mean KL(full || indexer), nats
-  double recall_init = 0, recall_fit = 0;  // held-out recall of the full top recall_k in the indexer's top recall_of
+  std::vector<float> w_q;          // [head_dim, d_idx]
+  double kl_init = 0, kl_fit = 0;  // held-out mean KL(full || indexer), nats
+  double recall_init = 0,
+         recall_fit = 0;  // held-out recall of the full top recall_k in the indexer's top recall_of
   double train_kl_init = 0, train_kl_fit = 0;
   // The budget on held-out queries (budget_p > 0): shares of the candidates kept by the
   // indexer's top-p and by the full attention's own top-p, and the attention mass the
@@ -70,25 +71,27 @@ struct IndexerHeadFit {
 
 struct IndexerGroupFit {
   int32_t d_idx = 0;
-  std::vector<float> w_k;  // [head_dim, d_idx]
+  std::vector<float> w_k;             // [head_dim, d_idx]
   std::vector<IndexerHeadFit> heads;  // [n_heads]
 };
 
 // The initial projections (exposed for tests and for a fit-free baseline).
-void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx, std::vector<float>& w_k,
-                  std::vector<std::vector<float>>& w_q);
+void indexer_init(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx,
+                  std::vector<float>& w_k, std::vector<std::vector<float>>& w_q);
 
 // Fits the group. Deterministic for the options and data (independent of the pool's size).
-IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, ThreadPool& pool);
+IndexerGroupFit fit_indexer(const IndexerGroupData& data, const IndexerFitOptions& o,
+                            ThreadPool& pool);
 
 // Mean KL(full || indexer) and recall over the queries with held_out == want_held_out, per
 // head, for given projections.
 struct IndexerEval {
   std::vector<double> kl, recall;  // [n_heads]
 };
-IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx,
-                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q,
-                             bool want_held_out, ThreadPool& pool);
+IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptions& o,
+                             int32_t d_idx, const std::vector<float>& w_k,
+                             const std::vector<std::vector<float>>& w_q, bool want_held_out,
+                             ThreadPool& pool);
 
 // The indexer's top-p budget on the queries with held_out == want_held_out, per head, with its
 // logits multiplied by `gain` (the rtpurbo knob rt_gain): the mean share of the candidate keys
@@ -99,12 +102,14 @@ IndexerEval evaluate_indexer(const IndexerGroupData& data, const IndexerFitOptio
 struct IndexerBudget {
   std::vector<double> keep, coverage, oracle;  // [n_heads]
 };
-IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o, int32_t d_idx,
-                             const std::vector<float>& w_k, const std::vector<std::vector<float>>& w_q, float gain,
+IndexerBudget indexer_budget(const IndexerGroupData& data, const IndexerFitOptions& o,
+                             int32_t d_idx, const std::vector<float>& w_k,
+                             const std::vector<std::vector<float>>& w_q, float gain,
                              bool want_held_out, ThreadPool& pool);
 
 // Symmetric eigen-decomposition (cyclic Jacobi) of a [n, n] matrix: eigenvalues descending,
 // eigenvectors as the columns of vecs ([n, n] row-major).
-void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& values, std::vector<double>& vecs);
+void symmetric_eigen(std::vector<double> a, int32_t n, std::vector<double>& values,
+                     std::vector<double>& vecs);
 
 }  // namespace sieve

@@ -12,8 +12,8 @@ namespace {
 
 // n_keys keys k = A z (z in R^r), n_heads query heads with their own queries; target =
 // softmax(s q.k) over a causal prefix of each query.
-IndexerGroupData subspace_problem(int32_t D, int32_t r, int32_t n_heads, int32_t n_keys, int32_t n_q, float s,
-                                  uint32_t seed, float noise = 0.0f) {
+IndexerGroupData subspace_problem(int32_t D, int32_t r, int32_t n_heads, int32_t n_keys,
+                                  int32_t n_q, float s, uint32_t seed, float noise = 0.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> A(static_cast<size_t>(D) * r);
@@ -52,7 +52,8 @@ IndexerGroupData subspace_problem(int32_t D, int32_t r, int32_t n_heads, int32_t
       std::vector<double> l(n);
       for (int32_t j = 0; j < n; ++j) {
         double acc = 0;
-        for (int32_t c = 0; c < D; ++c) acc += double{q[c]} * S.keys[static_cast<size_t>(j) * D + c];
+        for (int32_t c = 0; c < D; ++c)
+          acc += double{q[c]} * S.keys[static_cast<size_t>(j) * D + c];
         l[j] = s * acc;
         m = std::max(m, l[j]);
       }

@@ -12,9 +12,9 @@
 namespace sieve {
 namespace {
 
-constexpr std::string_view k_presets[] = {"auto", "dense", "streaming", "quest", "h2o",
-                                          "tokenselect", "sketch", "stca", "uniprefill",
-                                          "rtpurbo"};
+constexpr std::string_view k_presets[] = {"auto",       "dense",       "streaming", "quest",
+                                          "h2o",        "tokenselect", "sketch",    "stca",
+                                          "uniprefill", "rtpurbo"};
 
 // The auto policy's sparse preset, chosen from bench/RESULTS.md (issue 6 measurements).
 constexpr std::string_view k_auto_preset = "tokenselect";
@@ -26,23 +26,26 @@ struct EnumName {
 };
 
 constexpr EnumName<ScorerKind> k_scorers[] = {
-    {ScorerKind::all, "all"}, {ScorerKind::none, "none"}, {ScorerKind::exact, "exact"},
-    {ScorerKind::sketch, "sketch"}, {ScorerKind::quest, "quest"},
-    {ScorerKind::indexer, "indexer"}};
+    {ScorerKind::all, "all"},       {ScorerKind::none, "none"},   {ScorerKind::exact, "exact"},
+    {ScorerKind::sketch, "sketch"}, {ScorerKind::quest, "quest"}, {ScorerKind::indexer, "indexer"}};
 constexpr EnumName<AggregationKind> k_aggs[] = {{AggregationKind::soft_vote, "soft_vote"},
                                                 {AggregationKind::hard_vote, "hard_vote"},
                                                 {AggregationKind::raw_sum, "raw_sum"}};
-constexpr EnumName<VoteScope> k_scopes[] = {{VoteScope::layer, "layer"}, {VoteScope::group, "group"}};
+constexpr EnumName<VoteScope> k_scopes[] = {{VoteScope::layer, "layer"},
+                                            {VoteScope::group, "group"}};
 constexpr EnumName<MemoryKind> k_memories[] = {
     {MemoryKind::keep, "keep"}, {MemoryKind::evict_h2o, "h2o"}, {MemoryKind::evict_stca, "stca"}};
-constexpr EnumName<PositionMode> k_positions[] = {
-    {PositionMode::auto_, "auto"}, {PositionMode::original, "original"}, {PositionMode::compact, "compact"}};
-constexpr EnumName<KeepRows> k_keep_rows[] = {{KeepRows::auto_, "auto"}, {KeepRows::on, "true"}, {KeepRows::off, "false"}};
+constexpr EnumName<PositionMode> k_positions[] = {{PositionMode::auto_, "auto"},
+                                                  {PositionMode::original, "original"},
+                                                  {PositionMode::compact, "compact"}};
+constexpr EnumName<KeepRows> k_keep_rows[] = {
+    {KeepRows::auto_, "auto"}, {KeepRows::on, "true"}, {KeepRows::off, "false"}};
 constexpr EnumName<ScorePositions> k_score_positions[] = {{ScorePositions::auto_, "auto"},
                                                           {ScorePositions::original, "original"},
                                                           {ScorePositions::none, "none"}};
-constexpr EnumName<PrefillMode> k_prefills[] = {
-    {PrefillMode::dense, "dense"}, {PrefillMode::chunk, "chunk"}, {PrefillMode::uniprefill, "uniprefill"}};
+constexpr EnumName<PrefillMode> k_prefills[] = {{PrefillMode::dense, "dense"},
+                                                {PrefillMode::chunk, "chunk"},
+                                                {PrefillMode::uniprefill, "uniprefill"}};
 
 template <class E, size_t N>
 std::string_view enum_name(const EnumName<E> (&table)[N], E v) {
@@ -53,7 +56,8 @@ std::string_view enum_name(const EnumName<E> (&table)[N], E v) {
 }
 
 template <class E, size_t N>
-Status parse_enum(const EnumName<E> (&table)[N], std::string_view key, std::string_view value, E& out) {
+Status parse_enum(const EnumName<E> (&table)[N], std::string_view key, std::string_view value,
+                  E& out) {
   std::string valid;
   for (const auto& e : table) {
     if (e.name == value) {
@@ -65,11 +69,13 @@ Status parse_enum(const EnumName<E> (&table)[N], std::string_view key, std::stri
   return make_error("policy knob {}: '{}' is not one of {}", key, value, valid);
 }
 
-Status parse_int(std::string_view key, std::string_view value, int64_t lo, int64_t hi, int32_t& out) {
+Status parse_int(std::string_view key, std::string_view value, int64_t lo, int64_t hi,
+                 int32_t& out) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (ec != std::errc() || ptr != value.data() + value.size()) {
-    return make_error("policy knob {}: '{}' is not an integer (expected {}..{})", key, value, lo, hi);
+    return make_error("policy knob {}: '{}' is not an integer (expected {}..{})", key, value, lo,
+                      hi);
   }
   if (v < lo || v > hi) return make_error("policy knob {}: {} is outside {}..{}", key, v, lo, hi);
   out = static_cast<int32_t>(v);
@@ -94,7 +100,8 @@ Status parse_bool(std::string_view key, std::string_view value, bool& out) {
   } else if (value == "0" || value == "false" || value == "off" || value == "no") {
     out = false;
   } else {
-    return make_error("policy knob {}: '{}' is not a boolean (true/false, on/off, 1/0)", key, value);
+    return make_error("policy knob {}: '{}' is not a boolean (true/false, on/off, 1/0)", key,
+                      value);
   }
   return {};
 }
@@ -102,8 +109,8 @@ Status parse_bool(std::string_view key, std::string_view value, bool& out) {
 // A knob naming a file read once (head plan, sketch basis): "" clears it; the file's errors
 // are the knob's.
 template <class T, class Load>
-Status set_file_knob(std::string_view key, std::string_view value, std::string& path, std::shared_ptr<const T>& loaded,
-                     Load load) {
+Status set_file_knob(std::string_view key, std::string_view value, std::string& path,
+                     std::shared_ptr<const T>& loaded, Load load) {
   if (value.empty()) {
     path.clear();
     loaded.reset();
@@ -129,7 +136,9 @@ Status parse_layer_list(std::string_view key, std::string_view value, std::vecto
       int32_t l = 0;
       Status st = parse_int(key, item, 0, 4095, l);
       if (!st.ok()) {
-        return make_error("policy knob {}: '{}' is not 'auto' or a comma-separated list of layer indices", key, value);
+        return make_error(
+            "policy knob {}: '{}' is not 'auto' or a comma-separated list of layer indices", key,
+            value);
       }
       if (!layers.empty() && l <= layers.back()) {
         return make_error("policy knob {}: layers must ascend without repeats ('{}')", key, value);
@@ -145,7 +154,8 @@ Status parse_layer_list(std::string_view key, std::string_view value, std::vecto
 std::string layer_list_text(const std::vector<int32_t>& layers) {
   if (layers.empty()) return "auto";
   std::string s;
-  for (int32_t l : layers) {  // appended in two steps: GCC 12's -Wrestrict misfires on "," + to_string
+  for (int32_t l :
+       layers) {  // appended in two steps: GCC 12's -Wrestrict misfires on "," + to_string
     if (!s.empty()) s += ',';
     s += std::to_string(l);
   }
@@ -162,13 +172,16 @@ constexpr int64_t k_max_tokens = int64_t{1} << 30;
 
 const std::vector<Knob>& knobs() {
   static const std::vector<Knob> table = {
-      {{"scorer", "how tokens are ranked: all (dense), none (sinks + window), exact, sketch, quest, indexer (RTPurbo head plan)"},
+      {{"scorer",
+        "how tokens are ranked: all (dense), none (sinks + window), exact, sketch, quest, indexer "
+        "(RTPurbo head plan)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_scorers, k, v, p.scorer); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_scorers, p.scorer)); }},
       {{"aggregation", "how heads combine scores: soft_vote, hard_vote, raw_sum"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_aggs, k, v, p.aggregation); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_aggs, p.aggregation)); }},
-      {{"scope", "heads sharing one selection: layer (public TokenSelect code) or group (per KV head)"},
+      {{"scope",
+        "heads sharing one selection: layer (public TokenSelect code) or group (per KV head)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_scopes, k, v, p.scope); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_scopes, p.scope)); }},
       {{"memory", "KV memory action: keep, h2o (accumulated-score eviction), stca (mass eviction)"},
@@ -177,14 +190,26 @@ const std::vector<Knob>& knobs() {
       {{"positions", "auto (compact beyond the trained context), original, compact"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_positions, k, v, p.positions); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_positions, p.positions)); }},
-      {{"score_positions", "exact scorer's positions: original (RoPE distances), none (pre-RoPE, as TokenSelect's code), auto (none under compact positions)"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_score_positions, k, v, p.score_positions); },
-       [](const PolicyConfig& p) { return std::string(enum_name(k_score_positions, p.score_positions)); }},
-      {{"prefill", "prefill: dense, chunk (one selection per chunk's mean query), uniprefill (token dropping)"},
+      {{"score_positions",
+        "exact scorer's positions: original (RoPE distances), none (pre-RoPE, as TokenSelect's "
+        "code), auto (none under compact positions)"},
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_enum(k_score_positions, k, v, p.score_positions);
+       },
+       [](const PolicyConfig& p) {
+         return std::string(enum_name(k_score_positions, p.score_positions));
+       }},
+      {{"prefill",
+        "prefill: dense, chunk (one selection per chunk's mean query), uniprefill (token "
+        "dropping)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_prefills, k, v, p.prefill); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_prefills, p.prefill)); }},
-      {{"prefill_tail", "prefill=chunk: chunks reaching into the prompt's last N tokens prefill densely (0: none; not under compact positions)"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.prefill_tail); },
+      {{"prefill_tail",
+        "prefill=chunk: chunks reaching into the prompt's last N tokens prefill densely (0: none; "
+        "not under compact positions)"},
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 0, k_max_tokens, p.prefill_tail);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.prefill_tail); }},
       {{"top_k", "selected tokens besides sinks and window (0: none; a cap under top_p)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.top_k); },
@@ -213,20 +238,28 @@ const std::vector<Knob>& knobs() {
       {{"theta", "selection cache: reuse the last selection while cos(query, cached) >= theta"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, -1.0, 1.0, p.theta); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.theta); }},
-      {{"compact_theta", "selection cache threshold while compact positions are in effect (0: theta)"},
+      {{"compact_theta",
+        "selection cache threshold while compact positions are in effect (0: theta)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.compact_theta); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.compact_theta); }},
       {{"selection_cache", "reuse selections across decode steps (true/false)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.selection_cache); },
        [](const PolicyConfig& p) { return std::string(p.selection_cache ? "true" : "false"); }},
-      {{"keep_rows", "while a selection is reused, read its K/V rows from a contiguous f16 copy its selecting step wrote: true, false, auto (while compact positions are in effect); holds sinks + top_k rows per layer and KV head"},
+      {{"keep_rows",
+        "while a selection is reused, read its K/V rows from a contiguous f16 copy its selecting "
+        "step wrote: true, false, auto (while compact positions are in effect); holds sinks + "
+        "top_k rows per layer and KV head"},
        [](PolicyConfig& p, auto k, auto v) { return parse_enum(k_keep_rows, k, v, p.keep_rows); },
        [](const PolicyConfig& p) { return std::string(enum_name(k_keep_rows, p.keep_rows)); }},
       {{"sketch_dim", "sketch dimensions d_s (0 = head_dim / 8)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, 1024, p.sketch_dim); },
        [](const PolicyConfig& p) { return std::to_string(p.sketch_dim); }},
-      {{"sketch_basis", "sketch: PCA basis JSON from `sieve calibrate -m MODEL --sketch-basis --out basis.json` (empty: random projection)"},
-       [](PolicyConfig& p, auto k, auto v) { return set_file_knob(k, v, p.sketch_basis, p.basis, load_sketch_basis); },
+      {{"sketch_basis",
+        "sketch: PCA basis JSON from `sieve calibrate -m MODEL --sketch-basis --out basis.json` "
+        "(empty: random projection)"},
+       [](PolicyConfig& p, auto k, auto v) {
+         return set_file_knob(k, v, p.sketch_basis, p.basis, load_sketch_basis);
+       },
        [](const PolicyConfig& p) { return p.sketch_basis; }},
       {{"sketch_shared", "one sketch projection for all heads (true) or one per KV head (false)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_bool(k, v, p.sketch_shared); },
@@ -240,7 +273,9 @@ const std::vector<Knob>& knobs() {
        },
        [](const PolicyConfig& p) { return std::to_string(p.seed); }},
       {{"kv_budget", "eviction: tokens per layer a sequence may hold before eviction runs"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.kv_budget); },
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 1, k_max_tokens, p.kv_budget);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.kv_budget); }},
       {{"keep_mass", "stca: importance mass p the kept tokens must reach"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.keep_mass); },
@@ -249,12 +284,18 @@ const std::vector<Knob>& knobs() {
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.decay); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.decay); }},
       {{"evict_floor", "stca: tokens kept at least, besides sinks and window"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.evict_floor); },
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 0, k_max_tokens, p.evict_floor);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.evict_floor); }},
       {{"min_context", "context length below which attention is dense (0 = sinks + top_k + local)"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.min_context); },
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 0, k_max_tokens, p.min_context);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.min_context); }},
-      {{"up_layers", "uniprefill: selection layers, comma-separated (auto: every full-attention layer of a hybrid but 0, else from 15/32 of the depth every 1/8)"},
+      {{"up_layers",
+        "uniprefill: selection layers, comma-separated (auto: every full-attention layer of a "
+        "hybrid but 0, else from 15/32 of the depth every 1/8)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_layer_list(k, v, p.up_layers); },
        [](const PolicyConfig& p) { return layer_list_text(p.up_layers); }},
       {{"up_queries", "uniprefill: last prompt tokens whose attention rates every token (n)"},
@@ -273,26 +314,40 @@ const std::vector<Knob>& knobs() {
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_tail); },
        [](const PolicyConfig& p) { return std::to_string(p.up_tail); }},
       {{"up_min_prompt", "uniprefill: prompts shorter than this are prefilled densely"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.up_min_prompt); },
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 0, k_max_tokens, p.up_min_prompt);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.up_min_prompt); }},
-      {{"up_chunk", "uniprefill: prefill chunk; longer prompts select per chunk among its own tokens"},
+      {{"up_chunk",
+        "uniprefill: prefill chunk; longer prompts select per chunk among its own tokens"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 1, k_max_tokens, p.up_chunk); },
        [](const PolicyConfig& p) { return std::to_string(p.up_chunk); }},
-      {{"head_plan", "rtpurbo: head plan JSON from `sieve calibrate -m MODEL --out heads.json` (--fit-indexer for the decode indexer)"},
+      {{"head_plan",
+        "rtpurbo: head plan JSON from `sieve calibrate -m MODEL --out heads.json` (--fit-indexer "
+        "for the decode indexer)"},
        [](PolicyConfig& p, auto k, auto v) {
-         return set_file_knob(k, v, p.head_plan, p.plan, [](const std::string& f) { return load_head_plan(f); });
+         return set_file_knob(k, v, p.head_plan, p.plan,
+                              [](const std::string& f) { return load_head_plan(f); });
        },
        [](const PolicyConfig& p) { return p.head_plan; }},
       {{"rt_sinks", "rtpurbo: first tokens every head reads (local heads: sinks + window)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_sinks); },
        [](const PolicyConfig& p) { return std::to_string(p.rt_sinks); }},
-      {{"rt_window", "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 4: SmolLM2 2048, Gemma 3 8192)"},
-       [](PolicyConfig& p, auto k, auto v) { return parse_int(k, v, 0, k_max_tokens, p.rt_window); },
+      {{"rt_window",
+        "rtpurbo: local heads' sliding window in tokens (0 = the model's trained context / 4: "
+        "SmolLM2 2048, Gemma 3 8192)"},
+       [](PolicyConfig& p, auto k, auto v) {
+         return parse_int(k, v, 0, k_max_tokens, p.rt_window);
+       },
        [](const PolicyConfig& p) { return std::to_string(p.rt_window); }},
-      {{"rt_gain", "rtpurbo: the indexer's logits are multiplied by this before top-p (1 = the fit as it is; > 1 keeps fewer tokens)"},
+      {{"rt_gain",
+        "rtpurbo: the indexer's logits are multiplied by this before top-p (1 = the fit as it is; "
+        "> 1 keeps fewer tokens)"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.01, 1000.0, p.rt_gain); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.rt_gain); }},
-      {{"rt_refine", "rtpurbo: 0 = off; p in (0, 1]: the indexer's picks are scored exactly (q.K) and cut to the fewest whose attention mass, with the sinks and window counted, reaches p"},
+      {{"rt_refine",
+        "rtpurbo: 0 = off; p in (0, 1]: the indexer's picks are scored exactly (q.K) and cut to "
+        "the fewest whose attention mass, with the sinks and window counted, reaches p"},
        [](PolicyConfig& p, auto k, auto v) { return parse_float(k, v, 0.0, 1.0, p.rt_refine); },
        [](const PolicyConfig& p) { return fmt::format("{:g}", p.rt_refine); }},
   };
@@ -391,15 +446,15 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     // of a dense prefill (bench/RESULTS.md, "TokenSelect chunk prefill with a dense tail"). The
     // CUDA backend prefills auto densely below 64K prompt tokens (its sparse chunk is slower
     // there). auto also reuses selections down to cosine 0.7 instead of the paper's 0.9: on
-    // 16 CPU threads decode goes from 0.84-0.97x / 1.15-1.20x of dense to 2.08x / 2.71x at 16K / 32K, and
-    // the six-task suite moves -0.7..+0.2 points on SmolLM2 (4K, 8K; n = 20) and -0.9 / -2.1
-    // on Gemma 3 (16K, 32K; n = 10) against theta 0.9 (bench/RESULTS.md, "auto's theta").
-    // Past the trained window (compact positions) the tail runs selecting too, and selection
-    // scores are pre-RoPE (score_positions=auto, as TokenSelect's public code always scores):
-    // scored at their original positions, far keys sit at distances the model never trained
-    // on, and SmolLM2's niah_single_1 fell to 1/4 at 32K (theta 0.9) and 12/16 at 16K (theta
-    // 0.7); pre-RoPE, 12/12 at 32K and 16/16 at 16K with theta 0.7 ("Retrieval beyond the
-    // trained window", "Pre-RoPE selection scores").
+    // 16 CPU threads decode goes from 0.84-0.97x / 1.15-1.20x of dense to 2.08x / 2.71x at 16K /
+    // 32K, and the six-task suite moves -0.7..+0.2 points on SmolLM2 (4K, 8K; n = 20) and -0.9 /
+    // -2.1 on Gemma 3 (16K, 32K; n = 10) against theta 0.9 (bench/RESULTS.md, "auto's theta"). Past
+    // the trained window (compact positions) the tail runs selecting too, and selection scores are
+    // pre-RoPE (score_positions=auto, as TokenSelect's public code always scores): scored at their
+    // original positions, far keys sit at distances the model never trained on, and SmolLM2's
+    // niah_single_1 fell to 1/4 at 32K (theta 0.9) and 12/16 at 16K (theta 0.7); pre-RoPE, 12/12 at
+    // 32K and 16/16 at 16K with theta 0.7 ("Retrieval beyond the trained window", "Pre-RoPE
+    // selection scores").
     p.prefill = PrefillMode::chunk;
     if (preset == "auto") {
       p.prefill_tail = 1024;
@@ -425,7 +480,8 @@ Result<PolicyConfig> make_policy(std::string_view preset) {
     }
   } else if (preset == "uniprefill") {
     // UniPrefill: prompt tokens dropped at selection layers; decode attends densely to what
-    // each layer kept (combine with a decode policy: --policy tokenselect --set prefill=uniprefill).
+    // each layer kept (combine with a decode policy: --policy tokenselect --set
+    // prefill=uniprefill).
     p.scorer = ScorerKind::all;
     p.prefill = PrefillMode::uniprefill;
   } else if (preset == "rtpurbo") {
@@ -465,7 +521,8 @@ Status set_policy_knob(PolicyConfig& p, std::string_view assignment) {
   return set_policy_knob(p, trim(assignment.substr(0, eq)), trim(assignment.substr(eq + 1)));
 }
 
-Result<PolicyConfig> make_policy(std::string_view preset, std::span<const std::string> assignments) {
+Result<PolicyConfig> make_policy(std::string_view preset,
+                                 std::span<const std::string> assignments) {
   Result<PolicyConfig> p = make_policy(preset);
   if (!p) return p;
   for (const std::string& a : assignments) {
@@ -481,7 +538,8 @@ PolicyItem split_policy_item(std::string_view item) {
   out.name = std::string(item.substr(0, at));
   while (at != std::string_view::npos) {
     const size_t next = item.find(':', at + 1);
-    out.assignments.emplace_back(item.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
+    out.assignments.emplace_back(
+        item.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
     at = next;
   }
   return out;
@@ -490,7 +548,8 @@ PolicyItem split_policy_item(std::string_view item) {
 Status check_policy_complete(const PolicyConfig& p) {
   if (p.uses_head_plan() && !p.plan) {
     return make_error(
-        "policy {} needs a head plan: write one with `sieve calibrate -m MODEL --out heads.json` (add "
+        "policy {} needs a head plan: write one with `sieve calibrate -m MODEL --out heads.json` "
+        "(add "
         "--fit-indexer for the retrieval heads' decode indexer), then pass --head-plan heads.json "
         "(or --set head_plan=heads.json)",
         p.preset);
@@ -530,7 +589,8 @@ Result<PolicyConfig> policy_from_json(const nlohmann::json& j, std::string_view 
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "policy") continue;
     const std::string text = json_scalar_text(it.value());
-    if (text == "\x01") return make_error("{}: knob {} must be a number, string or boolean", where, it.key());
+    if (text == "\x01")
+      return make_error("{}: knob {} must be a number, string or boolean", where, it.key());
     if (Status st = set_policy_knob(*p, it.key(), text); !st) {
       return make_error("{}: {}", where, st.message());
     }
@@ -573,7 +633,8 @@ Result<PolicyConfig> load_policy_file(const std::string& path) {
     }
     if (trim(line.substr(0, eq)) == "policy") {
       if (!lines.empty()) {
-        return make_error("policy file '{}' line {}: put 'policy = NAME' before the knobs", path, no);
+        return make_error("policy file '{}' line {}: put 'policy = NAME' before the knobs", path,
+                          no);
       }
       preset = trim(line.substr(eq + 1));
       continue;
@@ -600,7 +661,8 @@ int64_t auto_min_prompt() {
 
 PolicyConfig resolve_auto(const PolicyConfig& p, int64_t prompt_tokens) {
   if (!is_auto(p)) return p;
-  if (prompt_tokens < std::max<int64_t>(auto_min_prompt(), p.threshold())) return *make_policy("dense");
+  if (prompt_tokens < std::max<int64_t>(auto_min_prompt(), p.threshold()))
+    return *make_policy("dense");
   PolicyConfig r = p;
   r.preset = std::string(k_auto_preset);
   r.from_auto = true;

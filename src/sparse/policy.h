@@ -21,13 +21,13 @@ namespace sieve {
 
 // How tokens are ranked.
 enum class ScorerKind : uint8_t {
-  all,     // no selection: attention reads every kept token (dense, h2o after eviction)
-  none,    // no ranking: only the sinks and the local window are read (streaming)
-  exact,   // q.K over the paged cache (TokenSelect)
-  sketch,  // (qP).(KP) with a seeded random projection P to sketch_dim (SequenceO1)
-  quest,   // per-block upper bound from the blocks' min/max keys (Quest)
-  indexer, // RTPurbo: the head plan's local heads read sinks + window, its retrieval heads
-           // the top-p tokens of a low-dim pre-RoPE indexer (docs/sparse.md "RTPurbo")
+  all,      // no selection: attention reads every kept token (dense, h2o after eviction)
+  none,     // no ranking: only the sinks and the local window are read (streaming)
+  exact,    // q.K over the paged cache (TokenSelect)
+  sketch,   // (qP).(KP) with a seeded random projection P to sketch_dim (SequenceO1)
+  quest,    // per-block upper bound from the blocks' min/max keys (Quest)
+  indexer,  // RTPurbo: the head plan's local heads read sinks + window, its retrieval heads
+            // the top-p tokens of a low-dim pre-RoPE indexer (docs/sparse.md "RTPurbo")
 };
 // How the heads that share one selection combine their scores.
 enum class AggregationKind : uint8_t {
@@ -39,9 +39,9 @@ enum class AggregationKind : uint8_t {
 enum class VoteScope : uint8_t { layer, group };
 // What happens to KV memory.
 enum class MemoryKind : uint8_t {
-  keep,       // every token stays; attention reads the selected ones
-  evict_h2o,  // accumulated attention; keep top heavy hitters + window (H2O)
-  evict_stca, // decayed sketch importance; keep the smallest set reaching mass p (STCA)
+  keep,        // every token stays; attention reads the selected ones
+  evict_h2o,   // accumulated attention; keep top heavy hitters + window (H2O)
+  evict_stca,  // decayed sketch importance; keep the smallest set reaching mass p (STCA)
 };
 enum class PositionMode : uint8_t {
   auto_,     // compact when the sequence exceeds the model's trained context, else original
@@ -61,8 +61,8 @@ enum class KeepRows : uint8_t {
   off,
 };
 enum class PrefillMode : uint8_t {
-  dense,  // prefill chunks attend to everything kept
-  chunk,  // one selection per chunk from the chunk's mean query (TokenSelect)
+  dense,       // prefill chunks attend to everything kept
+  chunk,       // one selection per chunk from the chunk's mean query (TokenSelect)
   uniprefill,  // token dropping at selection layers that every later layer skips (UniPrefill)
 };
 
@@ -98,13 +98,13 @@ struct PolicyConfig {
   // While a selection is reused, keep a contiguous f16 copy of its sinks' and picks' K/V rows
   // (K already at its attention position) instead of gathering and re-rotating them each step.
   KeepRows keep_rows = KeepRows::auto_;
-  int32_t sketch_dim = 0;   // 0: head_dim / 8
+  int32_t sketch_dim = 0;     // 0: head_dim / 8
   bool sketch_shared = true;  // one projection for all heads, else one per KV head
-  uint64_t seed = 0x51E7E;  // projection seed
+  uint64_t seed = 0x51E7E;    // projection seed
   // Eviction (h2o, stca).
-  int32_t kv_budget = 4096;  // tokens a sequence may hold per layer before eviction runs
-  float keep_mass = 0.9f;    // stca: kept importance mass p
-  float decay = 0.99f;       // stca: importance decay per step (h2o: 1)
+  int32_t kv_budget = 4096;    // tokens a sequence may hold per layer before eviction runs
+  float keep_mass = 0.9f;      // stca: kept importance mass p
+  float decay = 0.99f;         // stca: importance decay per step (h2o: 1)
   int32_t evict_floor = 1024;  // stca: minimum tokens kept besides sinks and window
   // Below this many context tokens a layer attends densely (0: sinks + top_k + local).
   int32_t min_context = 0;
@@ -118,14 +118,14 @@ struct PolicyConfig {
   int32_t up_min_prompt = 2048;    // shorter prompts are prefilled densely
   int32_t up_chunk = 32768;        // prefill chunk of a uniprefill prompt (selection is per chunk)
   // RTPurbo (scorer=indexer; docs/sparse.md "RTPurbo (head plan)").
-  std::string sketch_basis;                     // sketch: PCA basis file ("" = random projection)
-  std::shared_ptr<const SketchBasis> basis;     // loaded once when sketch_basis is set
-  std::string head_plan;                        // path of the plan (sieve calibrate --out)
-  std::shared_ptr<const HeadPlan> plan;         // loaded once when head_plan is set
-  int32_t rt_sinks = 4;                         // first tokens every head reads
-  int32_t rt_window = 0;                        // local heads' window (0: n_ctx_train / 4)
-  float rt_gain = 1.0f;                         // indexer logits x gain before top-p (> 1: sharper, fewer tokens)
-  float rt_refine = 0.0f;                       // > 0: exact re-scoring of the picks, top-p with sinks + window counted
+  std::string sketch_basis;                  // sketch: PCA basis file ("" = random projection)
+  std::shared_ptr<const SketchBasis> basis;  // loaded once when sketch_basis is set
+  std::string head_plan;                     // path of the plan (sieve calibrate --out)
+  std::shared_ptr<const HeadPlan> plan;      // loaded once when head_plan is set
+  int32_t rt_sinks = 4;                      // first tokens every head reads
+  int32_t rt_window = 0;                     // local heads' window (0: n_ctx_train / 4)
+  float rt_gain = 1.0f;    // indexer logits x gain before top-p (> 1: sharper, fewer tokens)
+  float rt_refine = 0.0f;  // > 0: exact re-scoring of the picks, top-p with sinks + window counted
 
   // Attention reads every kept token at decode and no token is evicted.
   bool dense_attention() const { return scorer == ScorerKind::all && memory == MemoryKind::keep; }

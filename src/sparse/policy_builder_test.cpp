@@ -53,7 +53,8 @@ TEST(PolicyBuilder, RequestKnobsAdjustTheBaseUnlessTheyNameAPreset) {
   p = build_policy(s);
   ASSERT_TRUE(p.ok()) << p.message();
   EXPECT_EQ(p->up_layers, (std::vector<int32_t>{3, 5}));
-  for (const char* bad : {R"({"theta": {"x": 1}})", R"({"policy": 3})", "[1]", "{", R"({"no_such_knob": 1})"}) {
+  for (const char* bad :
+       {R"({"theta": {"x": 1}})", R"({"policy": 3})", "[1]", "{", R"({"no_such_knob": 1})"}) {
     s.request_json = bad;
     auto r = build_policy(s);
     EXPECT_FALSE(r.ok()) << bad;

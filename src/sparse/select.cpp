@@ -72,8 +72,8 @@ void max_pool_scores(const float* in, int32_t n, int32_t w, float* out) {
   }
 }
 
-std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p, int32_t min_keep,
-                                 int32_t block) {
+std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p,
+                                 int32_t min_keep, int32_t block) {
   if (n <= 0) return {};
   block = std::max(block, 1);
   if (block == 1) {  // token granularity: the sort-free radix selections
@@ -111,7 +111,8 @@ std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float
       tokens += len;
     }
   } else {
-    const int32_t want_blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, (cap_tokens + block - 1) / block));
+    const int32_t want_blocks =
+        static_cast<int32_t>(std::min<int64_t>(n_blocks, (cap_tokens + block - 1) / block));
     order = top_indices(s, n_blocks, want_blocks);
     std::sort(order.begin(), order.end(), better);  // the budget may cut the last block
     int64_t tokens = 0;
@@ -138,7 +139,8 @@ void build_key_set(int32_t n_prefix, int32_t n_chunk, int32_t sinks, int32_t loc
   // The picks inside [sink_end, win_begin) are one run of the ascending list: found by binary
   // search and copied whole (a reused decode selection rebuilds ~2,700 keys a layer, its
   // picks cold in the cache by then).
-  const int32_t* a = std::lower_bound(picked.data(), picked.data() + picked.size(), sink_end - pick_begin);
+  const int32_t* a =
+      std::lower_bound(picked.data(), picked.data() + picked.size(), sink_end - pick_begin);
   const int32_t* b = std::lower_bound(a, picked.data() + picked.size(), win_begin - pick_begin);
   out.resize(static_cast<size_t>(sink_end) + (b - a) + std::max(0, end - win_begin));
   int32_t* o = out.data();
@@ -162,8 +164,9 @@ std::vector<int32_t> plan_eviction(const float* importance, int32_t n, MemoryKin
     std::vector<int32_t> order(n_mid);
     std::iota(order.begin(), order.end(), 0);
     const float* imp = importance + mid_begin;
-    std::sort(order.begin(), order.end(),
-              [imp](int32_t a, int32_t b) { return imp[a] > imp[b] || (imp[a] == imp[b] && a < b); });
+    std::sort(order.begin(), order.end(), [imp](int32_t a, int32_t b) {
+      return imp[a] > imp[b] || (imp[a] == imp[b] && a < b);
+    });
     double total = 0;
     for (int32_t j = 0; j < n_mid; ++j) total += std::max(0.0f, imp[j]);
     double acc = 0;

@@ -32,8 +32,8 @@ void max_pool_scores(const float* in, int32_t n, int32_t w, float* out);
 // whole blocks while the token budget allows (the last block may be partial). Scores must
 // be >= 0 for top-p. Returns ascending indices. Ties break towards the lower index.
 // Token-granularity top-p is the sort-free radix selection of topp.h (same set).
-std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p, int32_t min_keep,
-                                 int32_t block);
+std::vector<int32_t> pick_tokens(const float* score, int32_t n, int32_t k, float p,
+                                 int32_t min_keep, int32_t block);
 
 // The keys a query chunk reads: sinks [0, min(sinks, n_prefix)), picked (ascending, indices
 // relative to `pick_begin`; those falling among the sinks or the window are dropped), the

@@ -87,18 +87,25 @@ TEST(Pick, TopKOfCrowdedScoresEqualsSortReference) {
     const float base = 1e-4f * static_cast<float>(1 + trial % 5);
     for (float& x : s) {
       const uint32_t r = rng() % 16;
-      if (r == 0) x = 0.0f;
-      else if (r == 1) x = -0.0f;
-      else if (r == 2) x = -base;
-      else if (r < 6) x = base;  // exact ties
-      else x = std::nextafter(base, 1.0f) + base * 1e-4f * static_cast<float>(rng() % 4096);  // low bits differ
+      if (r == 0)
+        x = 0.0f;
+      else if (r == 1)
+        x = -0.0f;
+      else if (r == 2)
+        x = -base;
+      else if (r < 6)
+        x = base;  // exact ties
+      else
+        x = std::nextafter(base, 1.0f) +
+            base * 1e-4f * static_cast<float>(rng() % 4096);  // low bits differ
     }
     std::vector<int32_t> ref(n);
     std::iota(ref.begin(), ref.end(), 0);
     std::stable_sort(ref.begin(), ref.end(), [&](int a, int b) { return s[a] > s[b]; });
     ref.resize(k);
     std::sort(ref.begin(), ref.end());
-    EXPECT_EQ(pick_tokens(s.data(), n, k, 0.0f, 0, 1), ref) << "trial " << trial << " n " << n << " k " << k;
+    EXPECT_EQ(pick_tokens(s.data(), n, k, 0.0f, 0, 1), ref)
+        << "trial " << trial << " n " << n << " k " << k;
   }
 }
 
@@ -127,7 +134,8 @@ TEST(Pick, MaxPoolSmoothsNeighbours) {
 
 TEST(KeySet, SinksPickedWindowAndChunkInOrder) {
   std::vector<int32_t> out;
-  const std::vector<int32_t> picked = {0, 5, 30, 94};  // relative to pick_begin 2; 94 -> 96 in window
+  const std::vector<int32_t> picked = {0, 5, 30,
+                                       94};  // relative to pick_begin 2; 94 -> 96 in window
   build_key_set(100, 3, 2, 8, 2, picked, out);
   std::vector<int32_t> want = {0, 1, 2, 7, 32};
   for (int j = 92; j < 103; ++j) want.push_back(j);
@@ -155,8 +163,10 @@ TEST(Eviction, H2OKeepsTheHeaviestAndSTCAReachesTheMass) {
   for (int32_t j : drop) dropped[j] = 1;
   float min_kept = 1e9f, max_dropped = -1;
   for (int j = 4; j < n - 10; ++j) {
-    if (dropped[j]) max_dropped = std::max(max_dropped, imp[j]);
-    else min_kept = std::min(min_kept, imp[j]);
+    if (dropped[j])
+      max_dropped = std::max(max_dropped, imp[j]);
+    else
+      min_kept = std::min(min_kept, imp[j]);
   }
   EXPECT_GT(min_kept, max_dropped);
   // stca: one heavy token holds 90% of the mass -> kept alone plus the floor
@@ -231,12 +241,14 @@ TEST(Policy, PresetsKnobsAndErrors) {
   EXPECT_FLOAT_EQ(rt.rt_refine, 0.9f);
   EXPECT_FALSE(set_policy_knob(rt, "rt_refine=1.5").ok());
   EXPECT_FALSE(set_policy_knob(rt, "rt_refine=-0.1").ok());
-  auto j = policy_from_json_text(R"({"policy":"stca","keep_mass":0.8,"selection_cache":false})", "auto");
+  auto j =
+      policy_from_json_text(R"({"policy":"stca","keep_mass":0.8,"selection_cache":false})", "auto");
   ASSERT_TRUE(j.ok()) << j.message();
   EXPECT_EQ(j->preset, "stca");
   EXPECT_FLOAT_EQ(j->keep_mass, 0.8f);
   EXPECT_FALSE(policy_from_json_text(R"({"policy":"stca","kv_budget":[1]})", "auto").ok());
-  EXPECT_FALSE(policy_from_json_text(R"({"policy":"stca","kv_budget":10})", "auto").ok());  // < sinks+local
+  EXPECT_FALSE(
+      policy_from_json_text(R"({"policy":"stca","kv_budget":10})", "auto").ok());  // < sinks+local
   EXPECT_FALSE(policy_from_json_text("{nope", "auto").ok());
 }
 
@@ -269,7 +281,8 @@ TEST(Policy, AutoResolvesByPromptLength) {
   EXPECT_TRUE(r.from_auto);
   EXPECT_FLOAT_EQ(r.theta, 0.7f);  // reuses selections more often than the paper's 0.9
   EXPECT_EQ(r.describe(), "tokenselect prefill_tail=1024 theta=0.7");
-  // Past the trained window it scores pre-RoPE and keeps theta (RESULTS.md, "Pre-RoPE selection scores").
+  // Past the trained window it scores pre-RoPE and keeps theta (RESULTS.md, "Pre-RoPE selection
+  // scores").
   EXPECT_EQ(r.score_positions, ScorePositions::auto_);
   EXPECT_FLOAT_EQ(r.compact_theta, 0.0f);
   EXPECT_FLOAT_EQ(make_policy("tokenselect")->theta, 0.9f);

@@ -23,8 +23,9 @@ SketchProjection::SketchProjection(const SketchSpec& spec) : spec_(spec) {
 
 void SketchProjection::project(const float* x, int32_t layer, int32_t kv_head, float* out) const {
   const int32_t d = spec_.head_dim, ds = spec_.dim;
-  const float* p = spec_.basis ? spec_.basis->matrix(layer, kv_head)
-                               : p_.data() + (spec_.shared ? 0 : static_cast<size_t>(kv_head) * d * ds);
+  const float* p = spec_.basis
+                       ? spec_.basis->matrix(layer, kv_head)
+                       : p_.data() + (spec_.shared ? 0 : static_cast<size_t>(kv_head) * d * ds);
   for (int32_t c = 0; c < ds; ++c) out[c] = 0.0f;
   for (int32_t i = 0; i < d; ++i) {
     const float xi = x[i];

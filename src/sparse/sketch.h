@@ -16,9 +16,9 @@ namespace sieve {
 
 struct SketchSpec {
   int32_t head_dim = 0;
-  int32_t dim = 0;        // d_s
+  int32_t dim = 0;  // d_s
   int32_t n_kv_head = 0;
-  bool shared = true;     // one P for every head
+  bool shared = true;  // one P for every head
   uint64_t seed = 0;
   // RTPurbo: the slots hold the head plan's indexer keys (k_preRoPE W_K, written by Forward
   // from the sequence's plan), not JL sketches; no random projection is made.
@@ -28,8 +28,9 @@ struct SketchSpec {
   std::string basis_path;
   std::shared_ptr<const SketchBasis> basis;
   bool operator==(const SketchSpec& o) const {
-    return head_dim == o.head_dim && dim == o.dim && n_kv_head == o.n_kv_head && shared == o.shared &&
-           seed == o.seed && indexer == o.indexer && basis_path == o.basis_path;
+    return head_dim == o.head_dim && dim == o.dim && n_kv_head == o.n_kv_head &&
+           shared == o.shared && seed == o.seed && indexer == o.indexer &&
+           basis_path == o.basis_path;
   }
 };
 

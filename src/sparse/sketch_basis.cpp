@@ -16,7 +16,9 @@ constexpr const char* kFormat = "sieve-sketch-basis";
 constexpr int kVersion = 1;
 
 KeyMoments::KeyMoments(int32_t n_layer, int32_t n_kv_head, int32_t head_dim)
-    : n_layer_(n_layer), n_kv_head_(n_kv_head), d_(head_dim),
+    : n_layer_(n_layer),
+      n_kv_head_(n_kv_head),
+      d_(head_dim),
       m_(static_cast<size_t>(n_layer) * n_kv_head * head_dim * head_dim, 0.0),
       count_(static_cast<size_t>(n_layer) * n_kv_head, 0) {}
 
@@ -45,7 +47,8 @@ SketchBasis KeyMoments::fit(int32_t dim) const {
   b.captured.assign(static_cast<size_t>(n_layer_) * n_kv_head_, 0.0);
   for (int32_t l = 0; l < n_layer_; ++l) {
     bool any = true;
-    for (int32_t h = 0; h < n_kv_head_; ++h) any = any && count_[static_cast<size_t>(l) * n_kv_head_ + h] > 0;
+    for (int32_t h = 0; h < n_kv_head_; ++h)
+      any = any && count_[static_cast<size_t>(l) * n_kv_head_ + h] > 0;
     if (!any) continue;
     b.fitted[l] = 1;
     for (int32_t h = 0; h < n_kv_head_; ++h) {
@@ -68,7 +71,9 @@ SketchBasis KeyMoments::fit(int32_t dim) const {
       b.captured[u] = total > 0 ? kept / total : 0.0;
       float* p = b.p.data() + u * d_ * dim;
       for (int32_t r = 0; r < d_; ++r) {
-        for (int32_t c = 0; c < dim; ++c) p[static_cast<size_t>(r) * dim + c] = static_cast<float>(vecs[static_cast<size_t>(r) * d_ + c]);
+        for (int32_t c = 0; c < dim; ++c)
+          p[static_cast<size_t>(r) * dim + c] =
+              static_cast<float>(vecs[static_cast<size_t>(r) * d_ + c]);
       }
     }
   }
@@ -104,13 +109,16 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
   } catch (const json::exception& e) {
     return make_error("not JSON ({})", e.what());
   }
-  if (!j.is_object() || j.value("format", "") != kFormat) return make_error("field 'format' is not \"{}\"", kFormat);
-  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() != kVersion) {
+  if (!j.is_object() || j.value("format", "") != kFormat)
+    return make_error("field 'format' is not \"{}\"", kFormat);
+  if (!j.contains("version") || !j["version"].is_number_integer() ||
+      j["version"].get<int>() != kVersion) {
     return make_error("field 'version' must be {}", kVersion);
   }
   SketchBasis b;
   auto get_int = [&](const char* k, int32_t lo, int32_t hi, int32_t& out) -> Status {
-    if (!j.contains(k) || !j[k].is_number_integer()) return make_error("field '{}' is missing or not an integer", k);
+    if (!j.contains(k) || !j[k].is_number_integer())
+      return make_error("field '{}' is missing or not an integer", k);
     const int64_t v = j[k].get<int64_t>();
     if (v < lo || v > hi) return make_error("field '{}' = {} is outside [{}, {}]", k, v, lo, hi);
     out = static_cast<int32_t>(v);
@@ -133,8 +141,10 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
     return make_error("fields 'fitted', 'captured', 'p' must be arrays of numbers ({})", e.what());
   }
   const size_t units = static_cast<size_t>(b.n_layer) * b.n_kv_head;
-  if (b.fitted.size() != static_cast<size_t>(b.n_layer)) return make_error("field 'fitted' needs n_layer = {} entries", b.n_layer);
-  if (b.captured.size() != units) return make_error("field 'captured' needs n_layer x n_kv_head = {} entries", units);
+  if (b.fitted.size() != static_cast<size_t>(b.n_layer))
+    return make_error("field 'fitted' needs n_layer = {} entries", b.n_layer);
+  if (b.captured.size() != units)
+    return make_error("field 'captured' needs n_layer x n_kv_head = {} entries", units);
   if (b.p.size() != units * b.head_dim * b.dim) {
     return make_error("field 'p' needs n_layer x n_kv_head x head_dim x dim = {} values, has {}",
                       units * b.head_dim * b.dim, b.p.size());

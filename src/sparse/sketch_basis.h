@@ -20,7 +20,7 @@ struct SketchBasis {
   std::vector<float> p;          // [n_layer, n_kv_head, head_dim, dim] (zeros where not fitted)
   std::vector<double> captured;  // [n_layer, n_kv_head] share of E[|k|^2] inside the span
   std::string model_name, model_arch;
-  int64_t tokens = 0;            // calibration keys per (layer, head)
+  int64_t tokens = 0;  // calibration keys per (layer, head)
   const float* matrix(int32_t layer, int32_t kv_head) const {
     return p.data() + (static_cast<size_t>(layer) * n_kv_head + kv_head) * head_dim * dim;
   }

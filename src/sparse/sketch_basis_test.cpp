@@ -22,7 +22,8 @@ std::vector<float> low_rank_keys(int n, int d, int r, std::mt19937& rng) {
   for (int t = 0; t < n; ++t) {
     for (int a = 0; a < r; ++a) {
       const float c = nd(rng) * (a + 1);
-      for (int i = 0; i < d; ++i) k[static_cast<size_t>(t) * d + i] += c * mix[static_cast<size_t>(a) * d + i];
+      for (int i = 0; i < d; ++i)
+        k[static_cast<size_t>(t) * d + i] += c * mix[static_cast<size_t>(a) * d + i];
     }
   }
   return k;
@@ -65,7 +66,8 @@ TEST(SketchBasis, PcaOfLowRankKeysKeepsTheirDotProductsExactly) {
         double exact = 0, sketched = 0;
         for (int i = 0; i < d; ++i) exact += static_cast<double>(q[i]) * kt[i];
         for (int c = 0; c < r; ++c) sketched += static_cast<double>(qs[c]) * ks[c];
-        EXPECT_NEAR(sketched, exact, 1e-3 * (1 + std::fabs(exact))) << "layer " << l << " head " << h << " key " << t;
+        EXPECT_NEAR(sketched, exact, 1e-3 * (1 + std::fabs(exact)))
+            << "layer " << l << " head " << h << " key " << t;
       }
     }
   }
@@ -87,7 +89,9 @@ TEST(SketchBasis, LayersWithoutKeysAreNotFitted) {
   EXPECT_EQ(b.fitted, (std::vector<uint8_t>{0, 1, 0}));
 }
 
-std::string temp_path(const char* name) { return ::testing::TempDir() + name; }
+std::string temp_path(const char* name) {
+  return ::testing::TempDir() + name;
+}
 
 TEST(SketchBasis, SavesAndLoadsExactly) {
   std::mt19937 rng(9);
@@ -108,7 +112,8 @@ TEST(SketchBasis, SavesAndLoadsExactly) {
 }
 
 TEST(SketchBasis, BadFilesAreRejectedWithTheFieldNamed) {
-  EXPECT_NE(load_sketch_basis("/nonexistent/basis.json").message().find("cannot read"), std::string::npos);
+  EXPECT_NE(load_sketch_basis("/nonexistent/basis.json").message().find("cannot read"),
+            std::string::npos);
   auto write = [](const std::string& text) {
     const std::string path = temp_path("basis_bad.json");
     std::ofstream(path) << text;
@@ -116,11 +121,18 @@ TEST(SketchBasis, BadFilesAreRejectedWithTheFieldNamed) {
   };
   EXPECT_NE(write("{not json").message().find("not JSON"), std::string::npos);
   EXPECT_NE(write(R"({"format":"other"})").message().find("format"), std::string::npos);
-  const std::string head = R"({"format":"sieve-sketch-basis","version":1,"n_layer":1,"n_kv_head":1,"head_dim":2,)";
-  EXPECT_NE(write(head + R"("dim":3,"fitted":[1],"captured":[1],"p":[]})").message().find("dim"), std::string::npos);
-  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1]})").message().find("'p'"), std::string::npos);
-  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,null]})").message().find("'p'"), std::string::npos);
-  EXPECT_NE(write(head + R"("dim":1,"fitted":[0],"captured":[1],"p":[1,0]})").message().find("no layer"), std::string::npos);
+  const std::string head =
+      R"({"format":"sieve-sketch-basis","version":1,"n_layer":1,"n_kv_head":1,"head_dim":2,)";
+  EXPECT_NE(write(head + R"("dim":3,"fitted":[1],"captured":[1],"p":[]})").message().find("dim"),
+            std::string::npos);
+  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1]})").message().find("'p'"),
+            std::string::npos);
+  EXPECT_NE(
+      write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,null]})").message().find("'p'"),
+      std::string::npos);
+  EXPECT_NE(
+      write(head + R"("dim":1,"fitted":[0],"captured":[1],"p":[1,0]})").message().find("no layer"),
+      std::string::npos);
   EXPECT_TRUE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,0]})").ok());
 }
 

@@ -15,9 +15,9 @@ struct SparseStats {
   int64_t selections = 0;       // selections computed
   int64_t cache_lookups = 0;    // selection-cache lookups (decode)
   int64_t cache_hits = 0;
-  int64_t bytes_read = 0;       // K/V (+ sketch) bytes read by scoring and attention
-  int64_t tokens_evicted = 0;   // summed over layers
-  int64_t kv_bytes_held = 0;    // at the end of the request
+  int64_t bytes_read = 0;      // K/V (+ sketch) bytes read by scoring and attention
+  int64_t tokens_evicted = 0;  // summed over layers
+  int64_t kv_bytes_held = 0;   // at the end of the request
   // UniPrefill: (layer, token) rows the prefill computed vs what dense prefill computes.
   int64_t prefill_rows = 0;
   int64_t prefill_rows_dense = 0;
@@ -55,7 +55,9 @@ struct ScopedNs {
   int64_t& acc;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   ~ScopedNs() {
-    acc += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    acc +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
   }
 };
 

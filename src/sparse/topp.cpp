@@ -11,7 +11,9 @@ namespace sieve {
 
 namespace {
 
-inline double mass_of(float s) { return s > 0.0f ? static_cast<double>(s) : 0.0; }
+inline double mass_of(float s) {
+  return s > 0.0f ? static_cast<double>(s) : 0.0;
+}
 
 // Radix levels over the 32 key bits, as the CUDA selection has them: 11, 11 and 10 bits.
 // Softmax outputs share their sign and most exponent bits, so an 8-bit first level would leave
@@ -84,8 +86,8 @@ double total_of(const Histogram& h) {
 
 // The tokens of bin b of a level, in index order (branch-free: about half the tokens of a
 // softmax row pass, so a branch would miss every other time).
-void collect(const float* s, const int32_t* from, int32_t n, const Level& lv, uint32_t b, int32_t n_in,
-             std::vector<int32_t>& out) {
+void collect(const float* s, const int32_t* from, int32_t n, const Level& lv, uint32_t b,
+             int32_t n_in, std::vector<int32_t>& out) {
   out.resize(static_cast<size_t>(n_in) + 1);
   int32_t* o = out.data();
   int32_t c = 0;
@@ -145,7 +147,8 @@ TopPCut descend(const float* s, int32_t n, double p, TopPScratch& sc) {
 // Two passes over n. (A decode miss picks 2,048 of ~16K soft-vote scores, which crowd a few
 // bins: the histogram counts into four interleaved copies so that consecutive increments of
 // one bin do not wait on each other, and the split writes both ways without a branch.)
-TopPCut count_descent(const float* v, int32_t n, int32_t k, TopPScratch& sc, int32_t* n_higher, int32_t* n_pick) {
+TopPCut count_descent(const float* v, int32_t n, int32_t k, TopPScratch& sc, int32_t* n_higher,
+                      int32_t* n_pick) {
   constexpr int kShift0 = kLevels[0].shift, kBins = 1 << kLevels[0].bits, kCopies = 4;
   thread_local std::vector<int32_t> hist4;
   sc.key.resize(n);
@@ -186,7 +189,8 @@ TopPCut count_descent(const float* v, int32_t n, int32_t k, TopPScratch& sc, int
   int32_t hist[kMaxBins];
   for (size_t li = 1; li < std::size(kLevels); ++li) {
     const auto [bits, shift] = kLevels[li];
-    const uint32_t mask = (1u << bits) - 1u, prefix_mask = ~((mask << shift) | ((1u << shift) - 1u));
+    const uint32_t mask = (1u << bits) - 1u,
+                   prefix_mask = ~((mask << shift) | ((1u << shift) - 1u));
     std::fill(hist, hist + (1 << bits), 0);
     for (int32_t i = 0; i < nc; ++i) {
       const uint32_t u = kp[cand[i]];
@@ -230,7 +234,8 @@ TopPCut top_k_cut(const float* score, int32_t n, int32_t k, TopPScratch& scratch
   return count_descent(score, n, k, scratch, &n_higher, &n_pick);
 }
 
-void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>& out, TopPScratch& scratch) {
+void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>& out,
+                  TopPScratch& scratch) {
   n = std::max(n, 0);
   k = std::clamp(k, 0, n);
   out.resize(k);
@@ -249,7 +254,8 @@ namespace {
 
 // The top-k cut with the set's mass, for top-p's floor and cap (total: the row's, which the
 // caller has already summed).
-TopPCut weighed_top_k_cut(const float* score, int32_t n, int32_t k, double total, TopPScratch& scratch) {
+TopPCut weighed_top_k_cut(const float* score, int32_t n, int32_t k, double total,
+                          TopPScratch& scratch) {
   k = std::clamp(k, 0, n);
   if (k == 0 || k == n) {
     TopPCut cut = top_k_cut(score, n, k, scratch);
@@ -313,7 +319,9 @@ void top_p_select_beyond(const float* score, int32_t n, double fixed, const TopP
   double total = 0;
   for (int32_t j = 0; j < n; ++j) total += mass_of(score[j]);
   const double share = top_p_share_beyond(fixed, total, params.p);
-  emit_cut(score, n, cut_for_share(score, n, total > 0 ? share : params.p, params.min_keep, params.max_keep, scratch),
+  emit_cut(score, n,
+           cut_for_share(score, n, total > 0 ? share : params.p, params.min_keep, params.max_keep,
+                         scratch),
            out);
 }
 
@@ -342,8 +350,8 @@ void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int
   out.resize(c);
 }
 
-void top_p_select(const float* score, int32_t n, const TopPParams& params, std::vector<int32_t>& out,
-                  TopPScratch& scratch) {
+void top_p_select(const float* score, int32_t n, const TopPParams& params,
+                  std::vector<int32_t>& out, TopPScratch& scratch) {
   emit_cut(score, n, top_p_cut(score, n, params, scratch), out);
 }
 

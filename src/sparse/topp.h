@@ -50,9 +50,9 @@ struct TopPParams {
 struct TopPCut {
   uint32_t key = 0;
   int32_t n_ties = 0;
-  int32_t count = 0;   // size of the set
-  double mass = 0;     // mass of the set
-  double total = 0;    // mass of all n tokens
+  int32_t count = 0;  // size of the set
+  double mass = 0;    // mass of the set
+  double total = 0;   // mass of all n tokens
 };
 
 // Monotone image of a float: a < b  <=>  topp_key(a) < topp_key(b) (non-NaN; -0 maps as +0).
@@ -66,7 +66,7 @@ inline uint32_t topp_key(float f) {
 struct TopPScratch {
   std::vector<int32_t> cand, next;
   std::vector<uint32_t> key;  // top-k: the monotone keys of the row
-  std::vector<float> mass;  // top_p_select_logits: the unnormalised softmax
+  std::vector<float> mass;    // top_p_select_logits: the unnormalised softmax
 };
 
 // The cut of the top-p set of score[0..n) (see the definitions above).
@@ -75,14 +75,15 @@ TopPCut top_p_cut(const float* score, int32_t n, const TopPParams& params, TopPS
 // count works on the keys alone: mass and total are left 0.
 TopPCut top_k_cut(const float* score, int32_t n, int32_t k, TopPScratch& scratch);
 // Ascending indices of that top-k (the descent's split lists merged: no pass to emit).
-void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>& out, TopPScratch& scratch);
+void top_k_select(const float* score, int32_t n, int32_t k, std::vector<int32_t>& out,
+                  TopPScratch& scratch);
 // Ascending indices of the set described by cut (one pass).
 void emit_cut(const float* score, int32_t n, const TopPCut& cut, std::vector<int32_t>& out);
 
 // Ascending indices of the top-p set of score[0..n) (non-negative masses: probabilities or
 // any unnormalised weights).
-void top_p_select(const float* score, int32_t n, const TopPParams& params, std::vector<int32_t>& out,
-                  TopPScratch& scratch);
+void top_p_select(const float* score, int32_t n, const TopPParams& params,
+                  std::vector<int32_t>& out, TopPScratch& scratch);
 std::vector<int32_t> top_p_select(std::span<const float> score, const TopPParams& params);
 
 // Top-p of candidates beside tokens that are kept anyway (RTPurbo's decode with the sinks and

@@ -30,7 +30,11 @@ void BM_top_p_select(benchmark::State& state) {
   state.counters["scores/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK(BM_top_p_select)->Args({7600, 10})->Args({7600, 25})->Args({16000, 10})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_top_p_select)
+    ->Args({7600, 10})
+    ->Args({7600, 25})
+    ->Args({16000, 10})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sieve

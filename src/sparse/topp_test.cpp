@@ -18,7 +18,8 @@ namespace {
 
 // The definition in topp.h, by sorting: (score desc, index asc), the smallest prefix whose
 // mass reaches share * total (none for a share <= 0, all with no mass), then floor and cap.
-std::vector<int32_t> reference_share(const std::vector<float>& s, double share, int32_t min_keep, int32_t max_keep) {
+std::vector<int32_t> reference_share(const std::vector<float>& s, double share, int32_t min_keep,
+                                     int32_t max_keep) {
   const int32_t n = static_cast<int32_t>(s.size());
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -105,8 +106,8 @@ std::vector<float> make_scores(Dist dist, int32_t n, uint32_t seed) {
 }
 
 TEST(TopP, MatchesSortReferenceOnRandomVectors) {
-  const Dist dists[] = {Dist::uniform, Dist::power_law, Dist::ties, Dist::all_equal, Dist::sparse_zeros,
-                        Dist::softmax_peaked};
+  const Dist dists[] = {Dist::uniform,   Dist::power_law,    Dist::ties,
+                        Dist::all_equal, Dist::sparse_zeros, Dist::softmax_peaked};
   const int32_t sizes[] = {1, 2, 3, 17, 97, 256, 257, 1000, 4099, 65537};
   const float ps[] = {1e-6f, 0.01f, 0.5f, 0.9f, 0.95f, 0.999f, 1.0f};
   uint32_t seed = 1;
@@ -116,8 +117,9 @@ TEST(TopP, MatchesSortReferenceOnRandomVectors) {
       for (float p : ps) {
         TopPParams prm;
         prm.p = p;
-        expect_matches(s, prm, "dist " + std::to_string(static_cast<int>(d)) + " n " + std::to_string(n) +
-                                   " p " + std::to_string(p));
+        expect_matches(s, prm,
+                       "dist " + std::to_string(static_cast<int>(d)) + " n " + std::to_string(n) +
+                           " p " + std::to_string(p));
       }
     }
   }
@@ -134,7 +136,8 @@ TEST(TopP, FloorAndCap) {
     prm.p = (rng() % 1000) / 1000.0f + 0.0005f;
     prm.min_keep = static_cast<int32_t>(rng() % (n + 5));
     prm.max_keep = trial % 3 == 0 ? 0 : static_cast<int32_t>(rng() % (n + 5));
-    if (trial % 4 != 1 && prm.max_keep > 0 && prm.max_keep < prm.min_keep) std::swap(prm.max_keep, prm.min_keep);
+    if (trial % 4 != 1 && prm.max_keep > 0 && prm.max_keep < prm.min_keep)
+      std::swap(prm.max_keep, prm.min_keep);
     if (trial % 8 == 2) prm.max_keep = 1 + static_cast<int32_t>(rng() % 8);
     if (trial % 8 == 6) prm.min_keep = n - static_cast<int32_t>(rng() % 3);
     expect_matches(s, prm, "trial " + std::to_string(trial));
@@ -144,7 +147,8 @@ TEST(TopP, FloorAndCap) {
 // top_p_select_beyond by sorting: the kept tokens' mass `fixed` counts toward p, so the
 // candidates need share = (p (fixed + total) - fixed) / total of their own mass; none beyond
 // the floor when the kept tokens hold p already.
-std::vector<int32_t> reference_beyond(const std::vector<float>& s, double fixed, const TopPParams& prm) {
+std::vector<int32_t> reference_beyond(const std::vector<float>& s, double fixed,
+                                      const TopPParams& prm) {
   double total = 0;
   for (float x : s) total += std::max(0.0f, x);
   if (!(total > 0)) return reference_top_p(s, prm);
@@ -168,7 +172,8 @@ TEST(TopP, BeyondKeptTokensMatchesSortReference) {
     prm.p = (rng() % 1000) / 1000.0f + 0.0005f;
     prm.min_keep = trial % 3 == 0 ? static_cast<int32_t>(rng() % 20) : 0;
     prm.max_keep = trial % 5 == 0 ? 1 + static_cast<int32_t>(rng() % (n + 5)) : 0;
-    const double fixed = trial % 4 == 0 ? 0.0 : total * ((rng() % 1000) / 250.0);  // 0 to 4x the candidates
+    const double fixed =
+        trial % 4 == 0 ? 0.0 : total * ((rng() % 1000) / 250.0);  // 0 to 4x the candidates
     const std::string what = "trial " + std::to_string(trial) + " n " + std::to_string(n);
     top_p_select_beyond(s.data(), n, fixed, prm, got, sc);
     EXPECT_EQ(got, reference_beyond(s, fixed, prm)) << what;
@@ -197,7 +202,9 @@ TEST(TopP, BeyondKeptTokensMatchesSortReference) {
 
 TEST(TopP, SmallCasesByHand) {
   const std::vector<float> s = {0.05f, 0.5f, 0.1f, 0.3f, 0.05f};
-  auto pick = [&](float p, int32_t lo, int32_t hi) { return top_p_select(s, TopPParams{p, lo, hi}); };
+  auto pick = [&](float p, int32_t lo, int32_t hi) {
+    return top_p_select(s, TopPParams{p, lo, hi});
+  };
   EXPECT_EQ(pick(0.5f, 0, 0), (std::vector<int32_t>{1}));
   EXPECT_EQ(pick(0.8f, 0, 0), (std::vector<int32_t>{1, 3}));
   EXPECT_EQ(pick(0.85f, 0, 0), (std::vector<int32_t>{1, 2, 3}));
@@ -207,7 +214,8 @@ TEST(TopP, SmallCasesByHand) {
   // the tie between 0 and 4 goes to the lower index
   EXPECT_EQ(pick(0.92f, 0, 0), (std::vector<int32_t>{0, 1, 2, 3}));
   // n = 1 and an empty vector
-  EXPECT_EQ(top_p_select(std::vector<float>{2.0f}, TopPParams{0.1f, 0, 0}), (std::vector<int32_t>{0}));
+  EXPECT_EQ(top_p_select(std::vector<float>{2.0f}, TopPParams{0.1f, 0, 0}),
+            (std::vector<int32_t>{0}));
   EXPECT_TRUE(top_p_select(std::vector<float>{}, TopPParams{0.9f, 0, 0}).empty());
   // all zero: no mass to rank by, the cap decides
   const std::vector<float> z(10, 0.0f);
@@ -234,7 +242,8 @@ TEST(TopP, TopKCutIsExactTopK) {
   std::mt19937 rng(5);
   TopPScratch sc;
   for (int trial = 0; trial < 100; ++trial) {
-    const int32_t n = 1 + static_cast<int32_t>(rng() % 2000), k = static_cast<int32_t>(rng() % (n + 2));
+    const int32_t n = 1 + static_cast<int32_t>(rng() % 2000),
+                  k = static_cast<int32_t>(rng() % (n + 2));
     const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 500 + trial);
     std::vector<int32_t> ref(n);
     std::iota(ref.begin(), ref.end(), 0);
@@ -273,7 +282,8 @@ TEST(TopP, LogitsEqualTheSoftmaxMasses) {
   // the same tokens as the top-|got| logits
   std::vector<int32_t> ref(logits.size());
   std::iota(ref.begin(), ref.end(), 0);
-  std::stable_sort(ref.begin(), ref.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::stable_sort(ref.begin(), ref.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   ref.resize(got.size());
   std::sort(ref.begin(), ref.end());
   EXPECT_EQ(got, ref);
@@ -295,7 +305,8 @@ TEST(TopP, MatchesSortReferenceOnRealAttentionRows) {
     for (float& x : s) ls >> x;
     ASSERT_TRUE(ls) << "row " << rows;
     for (float p : {0.5f, 0.9f, 0.95f, 0.99f}) {
-      expect_matches(s, TopPParams{p, 0, 0}, "layer " + std::to_string(layer) + " head " + std::to_string(head));
+      expect_matches(s, TopPParams{p, 0, 0},
+                     "layer " + std::to_string(layer) + " head " + std::to_string(head));
       expect_matches(s, TopPParams{p, 16, 256}, "capped layer " + std::to_string(layer));
     }
     ++rows;
@@ -311,7 +322,8 @@ TEST(TopP, PickTokensUsesIt) {
     const std::vector<float> s = make_scores(static_cast<Dist>(trial % 6), n, 900 + trial);
     const TopPParams prm{0.05f + (rng() % 95) / 100.0f, static_cast<int32_t>(rng() % 50),
                          trial % 2 ? 0 : 1 + static_cast<int32_t>(rng() % n)};
-    EXPECT_EQ(pick_tokens(s.data(), n, prm.max_keep, prm.p, prm.min_keep, 1), reference_top_p(s, prm))
+    EXPECT_EQ(pick_tokens(s.data(), n, prm.max_keep, prm.p, prm.min_keep, 1),
+              reference_top_p(s, prm))
         << "trial " << trial;
   }
 }

@@ -6,16 +6,19 @@
 
 namespace sieve {
 
-Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<const uint8_t> full_layer) {
+Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p,
+                                               std::span<const uint8_t> full_layer) {
   const int32_t n = static_cast<int32_t>(full_layer.size());
   if (!p.up_layers.empty()) {
     for (int32_t l : p.up_layers) {
       if (l >= n) {
-        return make_error("policy knob up_layers: layer {} does not exist; the model has layers 0..{}", l, n - 1);
+        return make_error(
+            "policy knob up_layers: layer {} does not exist; the model has layers 0..{}", l, n - 1);
       }
       if (!full_layer[l]) {
         return make_error(
-            "policy knob up_layers: layer {} is a sliding-window layer; selection needs a full-attention "
+            "policy knob up_layers: layer {} is a sliding-window layer; selection needs a "
+            "full-attention "
             "layer (its queries see every token)",
             l);
       }
@@ -36,8 +39,8 @@ Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<
   return layers;
 }
 
-void uniprefill_keep(const PolicyConfig& p, std::span<const float> importance, std::span<const int32_t> pos,
-                     std::vector<char>& keep) {
+void uniprefill_keep(const PolicyConfig& p, std::span<const float> importance,
+                     std::span<const int32_t> pos, std::vector<char>& keep) {
   const int64_t n = static_cast<int64_t>(importance.size());
   keep.assign(n, 0);
   if (n == 0) return;
@@ -59,7 +62,8 @@ void uniprefill_keep(const PolicyConfig& p, std::span<const float> importance, s
     std::vector<int64_t> order(n_blocks);
     std::iota(order.begin(), order.end(), int64_t{0});
     // Best first; ties by position so the choice is deterministic.
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return score[a] > score[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return score[a] > score[b]; });
     double before = 0;
     for (int64_t b : order) {
       if (before > p.up_p * total) break;

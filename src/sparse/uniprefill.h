@@ -21,7 +21,8 @@ namespace sieve {
 // last layer (SmolLM2: 14, 18, 22, 26). The public Llama-3.1-8B schedule scaled (7, 11, ..., 27
 // of 32, i.e. from 7/32 n) lost 3.3 points on SmolLM2 at 4K where this one lost none
 // (bench/RESULTS.md, issue 8): a small model's early layers rate tokens poorly.
-Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<const uint8_t> full_layer);
+Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p,
+                                               std::span<const uint8_t> full_layer);
 
 // Rows kept by one selection. importance[i]: the mass candidate row i received (summed over
 // queries and heads); pos[i]: its original position (ascending). Rows are grouped into blocks
@@ -29,7 +30,7 @@ Result<std::vector<int32_t>> uniprefill_layers(const PolicyConfig& p, std::span<
 // taken best first while the mass taken before them is <= up_p of the total (so the block
 // crossing p is kept, and the best block always is); up_p >= 1 keeps every block. Rows with
 // pos < up_sinks and the last up_tail rows are always kept. keep[i] = 1 for kept rows.
-void uniprefill_keep(const PolicyConfig& p, std::span<const float> importance, std::span<const int32_t> pos,
-                     std::vector<char>& keep);
+void uniprefill_keep(const PolicyConfig& p, std::span<const float> importance,
+                     std::span<const int32_t> pos, std::vector<char>& keep);
 
 }  // namespace sieve

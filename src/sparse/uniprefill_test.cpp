@@ -65,8 +65,8 @@ TEST(UniPrefillLayers, KnobParsing) {
   EXPECT_EQ(P.up_layers, (std::vector<int32_t>{3, 7, 11}));  // a failed set changes nothing
   ASSERT_TRUE(set_policy_knob(P, "up_layers=auto").ok());
   EXPECT_TRUE(P.up_layers.empty());
-  auto j = policy_from_json_text(R"({"policy":"tokenselect","prefill":"uniprefill","up_layers":[2,9],"up_p":0.95})",
-                                 "dense");
+  auto j = policy_from_json_text(
+      R"({"policy":"tokenselect","prefill":"uniprefill","up_layers":[2,9],"up_p":0.95})", "dense");
   ASSERT_TRUE(j.ok()) << j.message();
   EXPECT_EQ(j->up_layers, (std::vector<int32_t>{2, 9}));
   EXPECT_TRUE(j->drops_prefill());

@@ -29,13 +29,17 @@ std::vector<double> finite_only(const std::vector<double>& v) {
 }
 
 // JSON numbers: NaN becomes null.
-json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json num(double x) {
+  return std::isfinite(x) ? json(x) : json(nullptr);
+}
 json nums(const std::vector<double>& v) {
   json a = json::array();
   for (double x : v) a.push_back(num(x));
   return a;
 }
-double get(const json& v) { return v.is_number() ? v.get<double>() : NAN; }
+double get(const json& v) {
+  return v.is_number() ? v.get<double>() : NAN;
+}
 std::vector<double> get_vec(const json& a) {
   std::vector<double> out;
   for (const json& v : a) out.push_back(get(v));
@@ -59,11 +63,20 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -77,10 +90,10 @@ struct Series {
 };
 struct Chart {
   std::string title, x_label, y_label;
-  std::vector<double> x;               // one x per point, shared by every series
-  std::vector<std::string> x_ticks;    // a label per x (categorical axis) or empty (numeric)
+  std::vector<double> x;             // one x per point, shared by every series
+  std::vector<std::string> x_ticks;  // a label per x (categorical axis) or empty (numeric)
   bool log_y = false;
-  double y_min = NAN, y_max = NAN;     // NaN: from the data
+  double y_min = NAN, y_max = NAN;  // NaN: from the data
   std::vector<Series> series;
 };
 
@@ -111,7 +124,10 @@ std::string svg_chart(const Chart& c) {
     if (hi <= lo) hi = lo + 1;
     // Round the range out to a 1/2/5 step so that the ticks read well.
     const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw / mag <= 1 ? mag : raw / mag <= 2 ? 2 * mag : raw / mag <= 5 ? 5 * mag : 10 * mag;
+    const double step = raw / mag <= 1   ? mag
+                        : raw / mag <= 2 ? 2 * mag
+                        : raw / mag <= 5 ? 5 * mag
+                                         : 10 * mag;
     lo = std::floor(lo / step + 1e-9) * step;
     hi = std::ceil(hi / step - 1e-9) * step;
   }
@@ -135,14 +151,18 @@ std::string svg_chart(const Chart& c) {
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
     << "' viewBox='0 0 " << W << ' ' << H << "' font-family='sans-serif' font-size='11'>\n";
-  o << "<text x='" << ml << "' y='18' font-size='13' font-weight='bold'>" << escape(c.title) << "</text>\n";
+  o << "<text x='" << ml << "' y='18' font-size='13' font-weight='bold'>" << escape(c.title)
+    << "</text>\n";
   o << "<rect x='" << ml << "' y='" << mt << "' width='" << pw << "' height='" << ph
     << "' fill='none' stroke='#888'/>\n";
   // y ticks
   int n_yt = static_cast<int>(hi - lo);  // log: one tick per decade
   if (!c.log_y) {
     const double raw = (hi - lo) / 5, mag = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw / mag <= 1 ? mag : raw / mag <= 2 ? 2 * mag : raw / mag <= 5 ? 5 * mag : 10 * mag;
+    const double step = raw / mag <= 1   ? mag
+                        : raw / mag <= 2 ? 2 * mag
+                        : raw / mag <= 5 ? 5 * mag
+                                         : 10 * mag;
     n_yt = std::max(1, static_cast<int>(std::lround((hi - lo) / step)));
   }
   for (int t = 0; t <= n_yt; ++t) {
@@ -150,18 +170,20 @@ std::string svg_chart(const Chart& c) {
     const double y = mt + ph - (v - lo) / (hi - lo) * ph;
     o << "<line x1='" << ml << "' x2='" << ml + pw << "' y1='" << y << "' y2='" << y
       << "' stroke='#eee'/>\n";
-    const std::string label = c.log_y ? "1e" + std::to_string(static_cast<int>(std::lround(v))) : fmt_g(v);
-    o << "<text x='" << ml - 6 << "' y='" << y + 4 << "' text-anchor='end'>" << label << "</text>\n";
+    const std::string label =
+        c.log_y ? "1e" + std::to_string(static_cast<int>(std::lround(v))) : fmt_g(v);
+    o << "<text x='" << ml - 6 << "' y='" << y + 4 << "' text-anchor='end'>" << label
+      << "</text>\n";
   }
   // x ticks: every category, or about 10 numeric ticks on the data's x values
   const size_t step = categorical ? 1 : std::max<size_t>(1, c.x.size() / 10);
   for (size_t i = 0; i < c.x.size(); i += step) {
     const std::string label = categorical ? c.x_ticks[i] : fmt_g(c.x[i]);
-    o << "<text x='" << px(i) << "' y='" << mt + ph + 16 << "' text-anchor='middle'>" << escape(label)
-      << "</text>\n";
+    o << "<text x='" << px(i) << "' y='" << mt + ph + 16 << "' text-anchor='middle'>"
+      << escape(label) << "</text>\n";
   }
-  o << "<text x='" << ml + pw / 2 << "' y='" << H - 8 << "' text-anchor='middle'>" << escape(c.x_label)
-    << "</text>\n";
+  o << "<text x='" << ml + pw / 2 << "' y='" << H - 8 << "' text-anchor='middle'>"
+    << escape(c.x_label) << "</text>\n";
   o << "<text transform='translate(14," << mt + ph / 2 << ") rotate(-90)' text-anchor='middle'>"
     << escape(c.y_label) << "</text>\n";
   for (size_t s = 0; s < c.series.size(); ++s) {
@@ -186,8 +208,8 @@ std::string svg_chart(const Chart& c) {
         << (s >= std::size(kPalette) ? " stroke-dasharray='4 3'" : "") << "/>\n";
     }
     const double ly = mt + 8 + 16.0 * s;
-    o << "<line x1='" << ml + pw + 12 << "' x2='" << ml + pw + 32 << "' y1='" << ly << "' y2='" << ly
-      << "' stroke='" << color << "' stroke-width='2'/>\n";
+    o << "<line x1='" << ml + pw + 12 << "' x2='" << ml + pw + 32 << "' y1='" << ly << "' y2='"
+      << ly << "' stroke='" << color << "' stroke-width='2'/>\n";
     o << "<text x='" << ml + pw + 38 << "' y='" << ly + 4 << "'>" << escape(se.name) << "</text>\n";
   }
   o << "</svg>\n";
@@ -245,7 +267,8 @@ json top_p_block(const AnalyzeRun& r, bool middle, size_t i) {
   b["mass"] = r.masses[i];
   b["last_prompt"] = summary(0, std::min<size_t>(1, n_q));
   b["decode"] = summary(1, n_q);
-  json pq_mean = json::array(), pq_median = json::array(), pq_rmean = json::array(), pq_rmedian = json::array();
+  json pq_mean = json::array(), pq_median = json::array(), pq_rmean = json::array(),
+       pq_rmedian = json::array();
   for (size_t q = 0; q < n_q; ++q) {
     const json s = summary(q, q + 1);
     pq_mean.push_back(s["mean"]);
@@ -305,8 +328,11 @@ json analyze_json(const AnalyzeRun& r) {
   rec["budgets"] = json::array();
   for (size_t b = 0; b < n_b; ++b) {
     const BudgetSplit& s = r.budgets[b];
-    json jb = {{"requested", r.budget_requested[b]}, {"budget", s.budget}, {"sinks", s.sinks},
-               {"top_k", s.top_k}, {"local", s.local}};
+    json jb = {{"requested", r.budget_requested[b]},
+               {"budget", s.budget},
+               {"sinks", s.sinks},
+               {"top_k", s.top_k},
+               {"local", s.local}};
     json mean = json::object(), per_layer = json::object(), per_query = json::object();
     for (size_t m = 0; m < n_m; ++m) {
       const std::string name(method_name(r.methods[m]));
@@ -379,7 +405,8 @@ json analyze_json(const AnalyzeRun& r) {
     c["min"] = num(all.empty() ? NAN : *std::min_element(all.begin(), all.end()));
     c["per_layer"] = nums(pl);
     if (with_theta) {
-      const auto hits = std::count_if(all.begin(), all.end(), [&](double x) { return x >= r.theta; });
+      const auto hits =
+          std::count_if(all.begin(), all.end(), [&](double x) { return x >= r.theta; });
       c["at_least_theta"] = num(all.empty() ? NAN : static_cast<double>(hits) / all.size());
     }
     return c;
@@ -448,7 +475,8 @@ json analyze_json(const AnalyzeRun& r) {
     j["top_p"] = tp;
   }
 
-  j["timing_ms"] = {{"prefill", r.prefill_ms}, {"decode", r.decode_ms}, {"analysis", r.analysis_ms}};
+  j["timing_ms"] = {
+      {"prefill", r.prefill_ms}, {"decode", r.decode_ms}, {"analysis", r.analysis_ms}};
   return j;
 }
 
@@ -457,15 +485,18 @@ std::string analyze_html(const json& j) {
   const std::vector<double> lx = layer_x(j);
   o << "<!doctype html>\n<html><head><meta charset='utf-8'><title>sieve analyze</title>\n"
     << "<style>body{font-family:sans-serif;max-width:980px;margin:24px auto;color:#222}"
-    << "table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px;"
+    << "table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px "
+       "8px;"
     << "text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}"
     << "h2{margin-top:28px}p.note{color:#555;font-size:13px}</style></head><body>\n";
-  o << "<h1>sieve analyze</h1>\n<p>" << escape(j["model"].get<std::string>()) << " (" << escape(j["arch"].get<std::string>())
-    << "): " << j["prompt_tokens"].get<int>() << " prompt tokens, " << j["decode_steps"].get<int>()
-    << " greedy decode steps; " << j["layers"].size() << " of " << j["n_layer"].get<int>()
+  o << "<h1>sieve analyze</h1>\n<p>" << escape(j["model"].get<std::string>()) << " ("
+    << escape(j["arch"].get<std::string>()) << "): " << j["prompt_tokens"].get<int>()
+    << " prompt tokens, " << j["decode_steps"].get<int>() << " greedy decode steps; "
+    << j["layers"].size() << " of " << j["n_layer"].get<int>()
     << " layers analysed (full attention); " << j["n_head"].get<int>() << " query heads, "
     << j["n_head_kv"].get<int>() << " KV heads, head dim " << j["head_dim"].get<int>() << ".</p>\n";
-  for (const json& n : j["notes"]) o << "<p class='note'>" << escape(n.get<std::string>()) << "</p>\n";
+  for (const json& n : j["notes"])
+    o << "<p class='note'>" << escape(n.get<std::string>()) << "</p>\n";
 
   // Recall tables and plots.
   const json& rec = j["recall"];
@@ -474,8 +505,8 @@ std::string analyze_html(const json& j) {
        "method's key set holds; mean over layers and queries. Sinks and window are part of the "
        "budget.</p>\n<table><tr><th>method</th>";
   for (const json& b : rec["budgets"]) {
-    o << "<th>B=" << b["budget"].get<int>() << " (" << b["sinks"].get<int>() << "+" << b["top_k"].get<int>()
-      << "+" << b["local"].get<int>() << ")</th>";
+    o << "<th>B=" << b["budget"].get<int>() << " (" << b["sinks"].get<int>() << "+"
+      << b["top_k"].get<int>() << "+" << b["local"].get<int>() << ")</th>";
   }
   o << "</tr>\n";
   for (const json& m : rec["methods"]) {
@@ -536,9 +567,9 @@ std::string analyze_html(const json& j) {
        "query rotated back to position 0; fingerprint: the selection cache's fingerprint (mean "
        "over heads of the rotated query). Median raw "
     << fmt(get(dc["raw"]["median"])) << ", rotated " << fmt(get(dc["rotated"]["median"]))
-    << ", fingerprint " << fmt(get(dc["fingerprint"]["median"])) << "; fingerprint cosine &ge; theta "
-    << fmt(get(dc["theta"]), 2) << " in " << fmt(100 * get(dc["fingerprint"]["at_least_theta"]), 1)
-    << "% of pairs.</p>\n";
+    << ", fingerprint " << fmt(get(dc["fingerprint"]["median"]))
+    << "; fingerprint cosine &ge; theta " << fmt(get(dc["theta"]), 2) << " in "
+    << fmt(100 * get(dc["fingerprint"]["at_least_theta"]), 1) << "% of pairs.</p>\n";
   {
     Chart c;
     c.title = "Consecutive decode query cosine per layer";
@@ -557,9 +588,10 @@ std::string analyze_html(const json& j) {
   o << "<h2>Per-head logit norms</h2>\n<p class='note'>L1 norm of the raw q.K logits (no "
        "1/sqrt(d)) over all keys, per head (mean over queries); spread across heads per layer. "
        "All heads: min "
-    << fmt_g(get(ln["min"])) << ", median " << fmt_g(get(ln["median"])) << ", max " << fmt_g(get(ln["max"]))
-    << " (max/min " << fmt_g(get(ln["max_over_min"])) << "; median within-layer max/min "
-    << fmt_g(get(ln["median_layer_max_over_min"])) << ").</p>\n";
+    << fmt_g(get(ln["min"])) << ", median " << fmt_g(get(ln["median"])) << ", max "
+    << fmt_g(get(ln["max"])) << " (max/min " << fmt_g(get(ln["max_over_min"]))
+    << "; median within-layer max/min " << fmt_g(get(ln["median_layer_max_over_min"]))
+    << ").</p>\n";
   {
     Chart c;
     c.title = "Logit L1 norm across heads per layer";
@@ -577,12 +609,13 @@ std::string analyze_html(const json& j) {
     const json& tp = j["top_p"];
     const bool plan = !tp["head_plan"].is_null();
     o << "<h2>Top-p budget of the true attention</h2>\n<p class='note'>The fewest keys whose true "
-         "attention (softmax of q.K) sums to at least p, per query head; mean and median over layers x "
+         "attention (softmax of q.K) sums to at least p, per query head; mean and median over "
+         "layers x "
          "heads of each head's mean over the queries. Middle keys: all but the first "
       << tp["exclude_sinks"].get<int>() << " and the last " << tp["exclude_window"].get<int>()
       << ", the mass renormalised over them."
-      << (plan ? " Retrieval heads: " + std::to_string(tp["retrieval_heads"].get<int>()) + " of the head plan " +
-                     escape(tp["head_plan"].get<std::string>()) + "."
+      << (plan ? " Retrieval heads: " + std::to_string(tp["retrieval_heads"].get<int>()) +
+                     " of the head plan " + escape(tp["head_plan"].get<std::string>()) + "."
                : std::string())
       << "</p>\n<table><tr><th>keys</th><th>p</th><th>mean</th><th>median</th>"
       << (plan ? "<th>retrieval mean</th><th>retrieval median</th>" : "")
@@ -593,12 +626,12 @@ std::string analyze_html(const json& j) {
           << fmt(get(b["mass"]), 2) << "</td><td>" << fmt(get(b["mean"]), 1) << "</td><td>"
           << fmt(get(b["median"]), 1) << "</td>";
         if (plan) {
-          o << "<td>" << fmt(get(b["retrieval"]["mean"]), 1) << "</td><td>" << fmt(get(b["retrieval"]["median"]), 1)
-            << "</td>";
+          o << "<td>" << fmt(get(b["retrieval"]["mean"]), 1) << "</td><td>"
+            << fmt(get(b["retrieval"]["median"]), 1) << "</td>";
         }
-        o << "<td>" << (b["last_prompt"].is_null() ? "-" : fmt(get(b["last_prompt"]["mean"]), 1)) << "</td><td>"
-          << (b["decode"].is_null() ? "-" : fmt(get(b["decode"]["mean"]), 1)) << "</td><td>"
-          << fmt(get(b["keys"]), 0) << "</td></tr>\n";
+        o << "<td>" << (b["last_prompt"].is_null() ? "-" : fmt(get(b["last_prompt"]["mean"]), 1))
+          << "</td><td>" << (b["decode"].is_null() ? "-" : fmt(get(b["decode"]["mean"]), 1))
+          << "</td><td>" << fmt(get(b["keys"]), 0) << "</td></tr>\n";
       }
     }
     o << "</table>\n";
@@ -610,8 +643,8 @@ std::string analyze_html(const json& j) {
     c.log_y = true;
     for (const char* range : {"all_keys", "middle_keys"}) {
       for (const json& b : tp[range]) {
-        c.series.push_back({std::string(std::string(range) == "all_keys" ? "all" : "middle") + " p=" +
-                                fmt(get(b["mass"]), 2),
+        c.series.push_back({std::string(std::string(range) == "all_keys" ? "all" : "middle") +
+                                " p=" + fmt(get(b["mass"]), 2),
                             get_vec(b["per_layer"]["mean"])});
       }
     }
@@ -620,19 +653,20 @@ std::string analyze_html(const json& j) {
 
   const json& t = j["timing_ms"];
   o << "<p class='note'>prefill " << fmt(get(t["prefill"]) / 1000, 1) << " s, decode "
-    << fmt(get(t["decode"]) / 1000, 1) << " s, of which analysis " << fmt(get(t["analysis"]) / 1000, 1)
-    << " s; " << j["threads"].get<int>() << " threads.</p>\n</body></html>\n";
+    << fmt(get(t["decode"]) / 1000, 1) << " s, of which analysis "
+    << fmt(get(t["analysis"]) / 1000, 1) << " s; " << j["threads"].get<int>()
+    << " threads.</p>\n</body></html>\n";
   return o.str();
 }
 
 std::string analyze_text(const json& j) {
   std::ostringstream o;
-  o << "analysed " << j["layers"].size() << " full-attention layers x " << j["query_positions"].size()
-    << " queries (prompt " << j["prompt_tokens"].get<int>() << " tokens + " << j["decode_steps"].get<int>()
-    << " decode steps)\n";
+  o << "analysed " << j["layers"].size() << " full-attention layers x "
+    << j["query_positions"].size() << " queries (prompt " << j["prompt_tokens"].get<int>()
+    << " tokens + " << j["decode_steps"].get<int>() << " decode steps)\n";
   for (const json& n : j["notes"]) o << "note: " << n.get<std::string>() << "\n";
   const json& rec = j["recall"];
-  o << "recall of attention mass (mean over layers and queries):\n  " ;
+  o << "recall of attention mass (mean over layers and queries):\n  ";
   char buf[96];
   std::snprintf(buf, sizeof buf, "%-18s", "method");
   o << buf;
@@ -658,24 +692,27 @@ std::string analyze_text(const json& j) {
   }
   o << "\n";
   const json& dc = j["decode_cosine"];
-  o << "consecutive decode query cosine, median: raw " << fmt(get(dc["raw"]["median"])) << ", rotated "
-    << fmt(get(dc["rotated"]["median"])) << ", fingerprint " << fmt(get(dc["fingerprint"]["median"]))
-    << " (>= " << fmt(get(dc["theta"]), 2) << " in " << fmt(100 * get(dc["fingerprint"]["at_least_theta"]), 1)
-    << "% of pairs)\n";
+  o << "consecutive decode query cosine, median: raw " << fmt(get(dc["raw"]["median"]))
+    << ", rotated " << fmt(get(dc["rotated"]["median"])) << ", fingerprint "
+    << fmt(get(dc["fingerprint"]["median"])) << " (>= " << fmt(get(dc["theta"]), 2) << " in "
+    << fmt(100 * get(dc["fingerprint"]["at_least_theta"]), 1) << "% of pairs)\n";
   const json& ln = j["logit_l1"];
-  o << "logit L1 norm per head: min " << fmt_g(get(ln["min"])) << ", median " << fmt_g(get(ln["median"]))
-    << ", max " << fmt_g(get(ln["max"])) << " (max/min " << fmt_g(get(ln["max_over_min"]))
-    << ", median within a layer " << fmt_g(get(ln["median_layer_max_over_min"])) << ")\n";
+  o << "logit L1 norm per head: min " << fmt_g(get(ln["min"])) << ", median "
+    << fmt_g(get(ln["median"])) << ", max " << fmt_g(get(ln["max"])) << " (max/min "
+    << fmt_g(get(ln["max_over_min"])) << ", median within a layer "
+    << fmt_g(get(ln["median_layer_max_over_min"])) << ")\n";
   if (j.contains("top_p")) {
     const json& tp = j["top_p"];
     o << "top-p budget of the true attention (keys; mean / median over layers x heads"
       << (tp["head_plan"].is_null() ? "" : "; retrieval heads") << "):\n";
     for (const char* range : {"all_keys", "middle_keys"}) {
       for (const json& b : tp[range]) {
-        o << "  " << (std::string(range) == "all_keys" ? "all keys   " : "middle keys") << " p=" << fmt(get(b["mass"]), 2)
-          << ": " << fmt(get(b["mean"]), 1) << " / " << fmt(get(b["median"]), 1);
+        o << "  " << (std::string(range) == "all_keys" ? "all keys   " : "middle keys")
+          << " p=" << fmt(get(b["mass"]), 2) << ": " << fmt(get(b["mean"]), 1) << " / "
+          << fmt(get(b["median"]), 1);
         if (!tp["head_plan"].is_null()) {
-          o << "; retrieval " << fmt(get(b["retrieval"]["mean"]), 1) << " / " << fmt(get(b["retrieval"]["median"]), 1);
+          o << "; retrieval " << fmt(get(b["retrieval"]["mean"]), 1) << " / "
+            << fmt(get(b["retrieval"]["median"]), 1);
         }
         o << " of " << fmt(get(b["keys"]), 0) << "\n";
       }

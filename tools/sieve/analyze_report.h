@@ -43,8 +43,9 @@ struct AnalyzeRun {
   float theta = 0.9f;
   std::vector<double> masses;  // top-p budget masses
   int32_t exclude_sinks = 0, exclude_window = 0;
-  std::string head_plan;          // path, "" without one
-  std::vector<uint8_t> retrieval;  // [n_layers analysed * n_head] 1: retrieval head; empty without a plan
+  std::string head_plan;  // path, "" without one
+  std::vector<uint8_t>
+      retrieval;  // [n_layers analysed * n_head] 1: retrieval head; empty without a plan
   std::vector<std::vector<AnalyzeCell>> cells;  // [n_query][n_layers analysed]
   std::vector<std::string> notes;
   double prefill_ms = 0, decode_ms = 0, analysis_ms = 0;

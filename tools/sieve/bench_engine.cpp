@@ -17,7 +17,8 @@
 namespace sieve::cli {
 namespace {
 
-std::vector<int32_t> make_prompt(const Model& m, const std::string& file, int32_t len, int32_t salt) {
+std::vector<int32_t> make_prompt(const Model& m, const std::string& file, int32_t len,
+                                 int32_t salt) {
   std::vector<int32_t> ids;
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
@@ -63,11 +64,13 @@ int run_engine_bench(const EngineBenchOptions& o) {
       ms[i] = st->prefill_ms;
       cached[i] = st->cached_tokens;
     }
-    out["prefix"] = {{"prompt_tokens", o.prefix_len}, {"first_prefill_ms", ms[0]},
-                     {"second_prefill_ms", ms[1]},   {"second_cached_tokens", cached[1]},
+    out["prefix"] = {{"prompt_tokens", o.prefix_len},
+                     {"first_prefill_ms", ms[0]},
+                     {"second_prefill_ms", ms[1]},
+                     {"second_cached_tokens", cached[1]},
                      {"speedup", ms[0] / ms[1]}};
-    log_info("prefix: {} tokens, first {:.1f} ms, second {:.1f} ms ({} cached) -> {:.1f}x", o.prefix_len,
-             ms[0], ms[1], cached[1], ms[0] / ms[1]);
+    log_info("prefix: {} tokens, first {:.1f} ms, second {:.1f} ms ({} cached) -> {:.1f}x",
+             o.prefix_len, ms[0], ms[1], cached[1], ms[0] / ms[1]);
   }
 
   // 2. N concurrent sequences through the engine: aggregate decode tokens/s.
@@ -123,12 +126,16 @@ int run_engine_bench(const EngineBenchOptions& o) {
     const double dt = seconds_since(t_decode);
     const double total = seconds_since(t0);
     const double tok_s = tokens_after_all_prefilled / dt;
-    conc.push_back({{"sequences", n}, {"prompt_tokens", o.prompt_len}, {"n_decode", o.n_decode},
-                    {"decode_tok_s", tok_s}, {"wall_s", total}});
+    conc.push_back({{"sequences", n},
+                    {"prompt_tokens", o.prompt_len},
+                    {"n_decode", o.n_decode},
+                    {"decode_tok_s", tok_s},
+                    {"wall_s", total}});
     log_info("concurrency {}: aggregate decode {:.1f} tok/s ({} tokens in {:.2f} s)", n, tok_s,
              tokens_after_all_prefilled, dt);
   }
-  for (auto& c : conc) c["vs_one"] = c["decode_tok_s"].get<double>() / conc[0]["decode_tok_s"].get<double>();
+  for (auto& c : conc)
+    c["vs_one"] = c["decode_tok_s"].get<double>() / conc[0]["decode_tok_s"].get<double>();
   out["concurrency"] = conc;
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -12,11 +12,11 @@ namespace sieve::cli {
 struct EngineBenchOptions {
   std::string model_path;
   int32_t threads = 2;
-  int32_t prefix_len = 4096;              // repeated-prompt length
+  int32_t prefix_len = 4096;  // repeated-prompt length
   std::vector<int32_t> concurrency = {1, 8};
-  int32_t prompt_len = 512;               // per-sequence prompt in the concurrency test
+  int32_t prompt_len = 512;  // per-sequence prompt in the concurrency test
   int32_t n_decode = 64;
-  std::string file;                       // prompt text (default: synthetic ids)
+  std::string file;  // prompt text (default: synthetic ids)
 };
 
 int run_engine_bench(const EngineBenchOptions& o);

@@ -20,7 +20,8 @@ struct GpuBenchOptions {
 };
 
 // Rows appended to `results`; a UserError when the GPU path cannot run.
-void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt, const std::vector<PolicyPtr>& policies,
-                   const GpuBenchOptions& o, nlohmann::json& results, std::string& device);
+void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
+                   const std::vector<PolicyPtr>& policies, const GpuBenchOptions& o,
+                   nlohmann::json& results, std::string& device);
 
 }  // namespace sieve::cli

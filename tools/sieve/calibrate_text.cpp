@@ -31,8 +31,8 @@ void prepend_bos(const Tokenizer& tok, std::vector<int32_t>& ids) {
 
 // Tokens of the sentences from `order`, joined by spaces, at least `need` of them (the list
 // is repeated as needed).
-std::vector<int32_t> filler_tokens(const CalibrationCorpus& c, const std::vector<size_t>& order, const Tokenizer& tok,
-                                   size_t start, int64_t need) {
+std::vector<int32_t> filler_tokens(const CalibrationCorpus& c, const std::vector<size_t>& order,
+                                   const Tokenizer& tok, size_t start, int64_t need) {
   std::string text;
   std::vector<int32_t> ids;
   size_t i = start;
@@ -72,16 +72,18 @@ CalibrationCorpus load_calibration_corpus() {
   for (std::string& s : eval::split_sentences(ss.str())) {
     if (s.size() >= 8) c.sentences.push_back(std::move(s));  // headings and stray bits out
   }
-  if (c.sentences.size() < 16) throw UserError("the calibration corpus " + *path + " has too few sentences");
+  if (c.sentences.size() < 16)
+    throw UserError("the calibration corpus " + *path + " has too few sentences");
   return c;
 }
 
-NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx, uint64_t seed,
-                                int32_t index) {
+NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx,
+                                uint64_t seed, int32_t index) {
   SplitMix rng{mix_seed(seed, index, 1)};
   std::vector<size_t> order(corpus.sentences.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);  // Fisher-Yates
+  for (size_t i = order.size() - 1; i > 0; --i)
+    std::swap(order[i], order[rng.below(i + 1)]);  // Fisher-Yates
   NeedleSample s;
   constexpr size_t kN = sizeof(kNeedles) / sizeof(kNeedles[0]);
   s.needle = kNeedles[rng.below(kN)];
@@ -93,10 +95,12 @@ NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer
   prepend_bos(tok, s.ids);
   const int64_t n_fill = int64_t{ctx} - static_cast<int64_t>(s.ids.size()) - 2 * s.needle_len;
   if (n_fill < 64) {
-    throw UserError("--ctx " + std::to_string(ctx) + " is too short for the needle samples (use at least 256)");
+    throw UserError("--ctx " + std::to_string(ctx) +
+                    " is too short for the needle samples (use at least 256)");
   }
   const std::vector<int32_t> fill = filler_tokens(corpus, order, tok, 0, n_fill);
-  const int64_t depth = static_cast<int64_t>((0.05 + 0.40 * rng.unit()) * static_cast<double>(n_fill));
+  const int64_t depth =
+      static_cast<int64_t>((0.05 + 0.40 * rng.unit()) * static_cast<double>(n_fill));
   s.ids.insert(s.ids.end(), fill.begin(), fill.begin() + depth);
   s.early_begin = static_cast<int32_t>(s.ids.size());
   s.ids.insert(s.ids.end(), needle.begin(), needle.end());
@@ -106,15 +110,15 @@ NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer
   return s;
 }
 
-std::vector<int32_t> make_fit_text(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx, uint64_t seed,
-                                   int32_t index) {
+std::vector<int32_t> make_fit_text(const CalibrationCorpus& corpus, const Tokenizer& tok,
+                                   int32_t ctx, uint64_t seed, int32_t index) {
   SplitMix rng{mix_seed(seed, index, 2)};
   std::vector<size_t> order(corpus.sentences.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::vector<int32_t> ids;
   prepend_bos(tok, ids);
-  const std::vector<int32_t> text =
-      filler_tokens(corpus, order, tok, rng.below(order.size()), int64_t{ctx} - static_cast<int64_t>(ids.size()));
+  const std::vector<int32_t> text = filler_tokens(corpus, order, tok, rng.below(order.size()),
+                                                  int64_t{ctx} - static_cast<int64_t>(ids.size()));
   ids.insert(ids.end(), text.begin(), text.end());
   return ids;
 }

@@ -18,7 +18,7 @@ struct NeedleSample {
   int32_t early_begin = 0;   // first token of the early copy
   int32_t late_begin = 0;    // first token of the late copy (= ctx - needle_len)
   int32_t needle_len = 0;
-  std::string needle;        // its text
+  std::string needle;  // its text
 };
 
 // Sentences of the corpus, loaded once.
@@ -32,13 +32,13 @@ CalibrationCorpus load_calibration_corpus();
 
 // Sample `index` of a run with `seed`: shuffled corpus sentences as filler, one of a fixed
 // list of needle sentences, the early copy at a depth drawn from [5%, 45%] of the context.
-NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx, uint64_t seed,
-                                int32_t index);
+NeedleSample make_needle_sample(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx,
+                                uint64_t seed, int32_t index);
 
 // Natural text of ctx tokens for the indexer fit: the corpus in order from a sentence drawn
 // by (seed, index), wrapping around.
-std::vector<int32_t> make_fit_text(const CalibrationCorpus& corpus, const Tokenizer& tok, int32_t ctx, uint64_t seed,
-                                   int32_t index);
+std::vector<int32_t> make_fit_text(const CalibrationCorpus& corpus, const Tokenizer& tok,
+                                   int32_t ctx, uint64_t seed, int32_t index);
 
 // A small deterministic generator (splitmix64): the same sequence on every platform, unlike
 // the standard distributions.

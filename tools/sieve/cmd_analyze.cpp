@@ -57,9 +57,9 @@ struct AnalyzeOptions {
 
 // What the observer needs to know about the run.
 struct AnalyzePlan {
-  int32_t n_prompt = 0;   // the last prompt token (position n_prompt - 1) is the first query
-  int32_t n_total = 0;    // prompt + decode tokens
-  int32_t hist_begin = 0; // first position whose attention seeds the h2o history
+  int32_t n_prompt = 0;    // the last prompt token (position n_prompt - 1) is the first query
+  int32_t n_total = 0;     // prompt + decode tokens
+  int32_t hist_begin = 0;  // first position whose attention seeds the h2o history
   std::vector<BudgetSplit> budgets;
   int32_t recall_k = 0;
   std::vector<int32_t> blocks;
@@ -70,17 +70,17 @@ struct AnalyzePlan {
 
 // Per analysed layer, carried from query to query.
 struct LayerState {
-  std::vector<float> history;     // [n_total] true attention of earlier queries, summed over heads
+  std::vector<float> history;  // [n_total] true attention of earlier queries, summed over heads
   bool have_history = false;
-  std::vector<float> sketch_k;    // [n_head_kv, n_total, ds] sketch keys, filled up to n_sketched
+  std::vector<float> sketch_k;  // [n_head_kv, n_total, ds] sketch keys, filled up to n_sketched
   int32_t n_sketched = 0;
   std::vector<float> prev_raw, prev_rot, prev_fp;  // the previous analysed query
 };
 
 class Analyzer : public AttentionObserver {
  public:
-  Analyzer(const ModelHParams& hp, ThreadPool& pool, const AnalyzePlan& plan, const SketchProjection& sketch,
-           AnalyzeRun& run)
+  Analyzer(const ModelHParams& hp, ThreadPool& pool, const AnalyzePlan& plan,
+           const SketchProjection& sketch, AnalyzeRun& run)
       : hp_(hp), pool_(pool), plan_(plan), sketch_(sketch), run_(run) {
     slot_.assign(hp.n_layer, -1);
     for (int il = 0; il < hp.n_layer; ++il) {
@@ -207,14 +207,16 @@ class Analyzer : public AttentionObserver {
       pool_.parallel_for(n - from, 256, [&](int64_t a, int64_t z) {
         for (int64_t j = from + a; j < from + z; ++j) {
           for (int32_t h = 0; h < Hkv; ++h) {
-            sketch_.project(key(h, static_cast<int32_t>(j)), il, h, L.sketch_k.data() + (int64_t{h} * cap + j) * ds);
+            sketch_.project(key(h, static_cast<int32_t>(j)), il, h,
+                            L.sketch_k.data() + (int64_t{h} * cap + j) * ds);
           }
         }
       });
       L.n_sketched = n;
     }
     std::vector<float> qs(static_cast<size_t>(H) * ds);
-    for (int32_t h = 0; h < H; ++h) sketch_.project(q + int64_t{h} * d, il, h / G, qs.data() + int64_t{h} * ds);
+    for (int32_t h = 0; h < H; ++h)
+      sketch_.project(q + int64_t{h} * d, il, h / G, qs.data() + int64_t{h} * ds);
     sk_logits_.resize(static_cast<size_t>(H) * n);
     for (int32_t h = 0; h < H; ++h) {  // d_s-wide dots: cheaper than a parallel region
       const float* sk = L.sketch_k.data() + int64_t{h / G} * cap * ds;
@@ -236,14 +238,16 @@ class Analyzer : public AttentionObserver {
     bmin_.resize(static_cast<size_t>(Hkv) * nb * d);
     bmax_.resize(bmin_.size());
     for (int32_t h = 0; h < Hkv; ++h) {
-      block_min_max(key(h, 0), n, d, B, bmin_.data() + int64_t{h} * nb * d, bmax_.data() + int64_t{h} * nb * d);
+      block_min_max(key(h, 0), n, d, B, bmin_.data() + int64_t{h} * nb * d,
+                    bmax_.data() + int64_t{h} * nb * d);
     }
     bound_.resize(static_cast<size_t>(H) * nb);
     for (int32_t h = 0; h < H; ++h) {
       const int64_t base = int64_t{h / G} * nb * d;
       for (int32_t b = 0; b < nb; ++b) {
         bound_[int64_t{h} * nb + b] =
-            quest_bound(q + int64_t{h} * d, bmin_.data() + base + int64_t{b} * d, bmax_.data() + base + int64_t{b} * d, d);
+            quest_bound(q + int64_t{h} * d, bmin_.data() + base + int64_t{b} * d,
+                        bmax_.data() + base + int64_t{b} * d, d);
       }
     }
   }
@@ -278,8 +282,9 @@ class Analyzer : public AttentionObserver {
       for (int64_t i = a; i < z; ++i) {
         const AnalysisMethod m = run_.methods[i % n_m];
         if (!method_available(lq, m)) continue;
-        const BudgetSplit s = split_budget(plan_.budgets[i / n_m].budget, n, plan_.budgets[i / n_m].sinks,
-                                           plan_.budgets[i / n_m].local);
+        const BudgetSplit s =
+            split_budget(plan_.budgets[i / n_m].budget, n, plan_.budgets[i / n_m].sinks,
+                         plan_.budgets[i / n_m].local);
         cell.recall[i] = method_recall(lq, m, s);
       }
     });
@@ -299,8 +304,9 @@ class Analyzer : public AttentionObserver {
     cell.top_p_mid.assign(static_cast<size_t>(H) * n_mass, 0);
     pool_.parallel_for(H, 1, [&](int64_t a, int64_t z) {
       for (int64_t h = a; h < z; ++h) {
-        top_p_budgets(prob_.data() + h * n, 1, n, plan_.masses, plan_.exclude_sinks, plan_.exclude_window,
-                      cell.top_p_all.data() + h * n_mass, cell.top_p_mid.data() + h * n_mass);
+        top_p_budgets(prob_.data() + h * n, 1, n, plan_.masses, plan_.exclude_sinks,
+                      plan_.exclude_window, cell.top_p_all.data() + h * n_mass,
+                      cell.top_p_mid.data() + h * n_mass);
       }
     });
 
@@ -347,10 +353,12 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 }
 
 void check_options(const AnalyzeOptions& o) {
-  if (o.prompt.empty() && o.file.empty()) throw UserError("nothing to analyse: give -p TEXT and/or -f FILE");
+  if (o.prompt.empty() && o.file.empty())
+    throw UserError("nothing to analyse: give -p TEXT and/or -f FILE");
   if (o.budgets.empty()) throw UserError("--budget needs at least one value");
   for (int32_t b : o.budgets) {
-    if (b < 1) throw UserError("--budget " + std::to_string(b) + " is not a positive number of tokens");
+    if (b < 1)
+      throw UserError("--budget " + std::to_string(b) + " is not a positive number of tokens");
   }
   for (int32_t b : o.blocks) {
     if (b < 1) throw UserError("--blocks " + std::to_string(b) + " is not a positive block size");
@@ -364,7 +372,8 @@ void check_options(const AnalyzeOptions& o) {
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
     if (ec || !std::filesystem::is_directory(o.out)) {
-      throw UserError("cannot create the output directory " + o.out + (ec ? ": " + ec.message() : ""));
+      throw UserError("cannot create the output directory " + o.out +
+                      (ec ? ": " + ec.message() : ""));
     }
   }
 }
@@ -385,9 +394,9 @@ int analyze(const AnalyzeOptions& o) {
                     std::to_string(kMinPrompt));
   }
   if (int64_t{n_prompt} + o.n_decode > lm.n_ctx) {
-    throw UserError("the prompt has " + std::to_string(n_prompt) + " tokens; with " + std::to_string(o.n_decode) +
-                    " decode steps that exceeds the context of " + std::to_string(lm.n_ctx) +
-                    " tokens (raise -c or shorten the prompt)");
+    throw UserError("the prompt has " + std::to_string(n_prompt) + " tokens; with " +
+                    std::to_string(o.n_decode) + " decode steps that exceeds the context of " +
+                    std::to_string(lm.n_ctx) + " tokens (raise -c or shorten the prompt)");
   }
 
   AnalyzeRun run;
@@ -423,18 +432,22 @@ int analyze(const AnalyzeOptions& o) {
   for (int32_t requested : o.budgets) {
     const int32_t b = scaled_budget(requested, n_prompt);
     // Explicit sinks/local are scaled along with the budget, like the defaults.
-    auto part = [&](int32_t v) { return v < 0 ? v : static_cast<int32_t>(int64_t{v} * b / requested); };
+    auto part = [&](int32_t v) {
+      return v < 0 ? v : static_cast<int32_t>(int64_t{v} * b / requested);
+    };
     plan.budgets.push_back(split_budget(b, n_prompt, part(o.sinks), part(o.local)));
     run.budget_requested.push_back(requested);
     if (b != requested) {
-      run.notes.push_back("budget " + std::to_string(requested) + " exceeds half of the " + std::to_string(n_prompt) +
-                          "-token context; analysed at " + std::to_string(b) + " with sinks and window scaled alike");
+      run.notes.push_back("budget " + std::to_string(requested) + " exceeds half of the " +
+                          std::to_string(n_prompt) + "-token context; analysed at " +
+                          std::to_string(b) + " with sinks and window scaled alike");
     }
   }
   run.budgets = plan.budgets;
   run.recall_k = std::max(1, std::min(o.recall_k, n_prompt / 4));
   if (run.recall_k != o.recall_k) {
-    run.notes.push_back("recall@k uses k = " + std::to_string(run.recall_k) + " (a quarter of the context)");
+    run.notes.push_back("recall@k uses k = " + std::to_string(run.recall_k) +
+                        " (a quarter of the context)");
   }
 
   SketchSpec ss;
@@ -451,7 +464,8 @@ int analyze(const AnalyzeOptions& o) {
     ss.shared = false;
     ss.basis_path = o.sketch_basis;
     ss.basis = std::make_shared<const SketchBasis>(std::move(b.value()));
-    run.notes.push_back("sketch: PCA basis " + o.sketch_basis + " (d_s " + std::to_string(ss.dim) + ")");
+    run.notes.push_back("sketch: PCA basis " + o.sketch_basis + " (d_s " + std::to_string(ss.dim) +
+                        ")");
   }
   const SketchProjection sketch(ss);
 
@@ -469,19 +483,23 @@ int analyze(const AnalyzeOptions& o) {
   for (LayerKind k : hp.layer_kind) n_sliding += k == LayerKind::sliding;
   if (n_sliding == hp.n_layer) throw UserError("the model has no full-attention layer to analyse");
   if (n_sliding > 0) {
-    run.notes.push_back(std::to_string(n_sliding) + " sliding-window layers are left out (they only see their " +
-                        std::to_string(hp.sliding_window) + "-token window); the full-attention layers are analysed");
+    run.notes.push_back(std::to_string(n_sliding) +
+                        " sliding-window layers are left out (they only see their " +
+                        std::to_string(hp.sliding_window) +
+                        "-token window); the full-attention layers are analysed");
   }
   if (run.h2o_history == 0) {
-    run.notes.push_back("h2o has no history for the last prompt token (--h2o-history 0); its figures cover the decode queries");
+    run.notes.push_back(
+        "h2o has no history for the last prompt token (--h2o-history 0); its figures cover the "
+        "decode queries");
   }
 
   // kv_budget_bytes gives a sliding layer its window; while a prefill chunk is written it
   // also holds the chunk, so each sliding layer gets one full-layer chunk's bytes on top.
   ModelHParams one_layer = hp;
   one_layer.layer_kind.assign(1, LayerKind::full);
-  const int64_t kv_bytes =
-      kv_budget_bytes(hp, plan.n_total, 1, 16) + n_sliding * kv_budget_bytes(one_layer, o.chunk + 32, 1, 16);
+  const int64_t kv_bytes = kv_budget_bytes(hp, plan.n_total, 1, 16) +
+                           n_sliding * kv_budget_bytes(one_layer, o.chunk + 32, 1, 16);
   auto store = KvStore::create(kv_config_for(hp, kv_bytes, 16, "analyze"));
   if (!store) throw UserError(store.message());
   KvStore& kv = store.value();
@@ -490,7 +508,8 @@ int analyze(const AnalyzeOptions& o) {
   if (head_plan) {  // the retrieval mask of the analysed layers
     run.retrieval.assign(run.layers.size() * hp.n_head, 0);
     for (size_t l = 0; l < run.layers.size(); ++l) {
-      for (int32_t h = 0; h < hp.n_head; ++h) run.retrieval[l * hp.n_head + h] = head_plan->is_retrieval(run.layers[l], h);
+      for (int32_t h = 0; h < hp.n_head; ++h)
+        run.retrieval[l * hp.n_head + h] = head_plan->is_retrieval(run.layers[l], h);
     }
   }
   fwd.set_observer(&an);
@@ -503,7 +522,8 @@ int analyze(const AnalyzeOptions& o) {
     auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
     if (!room || !room->fits()) throw UserError("the KV store has no room for the prompt");
     const BatchEntry e{seq, t, false, nullptr};
-    if (Status st = fwd.run(std::span<const BatchEntry>(&e, 1), logits); !st) throw UserError(st.message());
+    if (Status st = fwd.run(std::span<const BatchEntry>(&e, 1), logits); !st)
+      throw UserError(st.message());
   };
 
   const bool tty = isatty(2) && log_level() <= LogLevel::info;
@@ -517,7 +537,8 @@ int analyze(const AnalyzeOptions& o) {
   t0 = Clock::now();
   std::vector<int32_t> gen;
   for (int32_t g = 0; g < o.n_decode; ++g) {
-    gen.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    gen.push_back(
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
     step(std::span<const int32_t>(&gen.back(), 1));
     if (tty) std::fprintf(stderr, "\ranalyze: decode %d/%d        ", g + 1, o.n_decode);
   }
@@ -536,7 +557,8 @@ int analyze(const AnalyzeOptions& o) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%s", analyze_text(j).c_str());
-    if (!o.out.empty()) std::printf("wrote %s/analysis.json and %s/analysis.html\n", o.out.c_str(), o.out.c_str());
+    if (!o.out.empty())
+      std::printf("wrote %s/analysis.json and %s/analysis.html\n", o.out.c_str(), o.out.c_str());
   }
   return 0;
 }
@@ -544,46 +566,62 @@ int analyze(const AnalyzeOptions& o) {
 std::function<int()> setup(CLI::App& app) {
   auto o = std::make_shared<AnalyzeOptions>();
   add_model_flags(app, o->model);
-  app.add_option("-p,--prompt", o->prompt, "the prompt, or a question about the document given with -f");
+  app.add_option("-p,--prompt", o->prompt,
+                 "the prompt, or a question about the document given with -f");
   app.add_option("-f,--file", o->file, "a document (text file) to use as the prompt");
   app.add_flag("--chat", o->chat, "format the prompt with the model's chat template");
-  app.add_option("-n,--n-decode", o->n_decode, "greedy decode steps analysed after the last prompt token")
+  app.add_option("-n,--n-decode", o->n_decode,
+                 "greedy decode steps analysed after the last prompt token")
       ->check(CLI::Range(0, 4096));
   app.add_option("--budget", o->budgets,
-                 "key budget(s) per layer, sinks + picked + window (comma list; default 2688 = 128 + 2048 + 512)")
+                 "key budget(s) per layer, sinks + picked + window (comma list; default 2688 = 128 "
+                 "+ 2048 + 512)")
       ->delimiter(',');
-  app.add_option("--sinks", o->sinks, "sink tokens in the budget (default: 128/2688 of it)")->check(CLI::Range(0, 1 << 30));
-  app.add_option("--local", o->local, "recent-window tokens in the budget (default: 512/2688 of it)")
+  app.add_option("--sinks", o->sinks, "sink tokens in the budget (default: 128/2688 of it)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--recall-k", o->recall_k, "size of the critical set for recall@k (capped at a quarter of the context)")
+  app.add_option("--local", o->local,
+                 "recent-window tokens in the budget (default: 512/2688 of it)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--recall-k", o->recall_k,
+                 "size of the critical set for recall@k (capped at a quarter of the context)")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--blocks", o->blocks, "block sizes for recall@k (comma list)")->delimiter(',');
   app.add_option("--h2o-history", o->h2o_history,
-                 "last prompt queries whose attention seeds h2o's accumulated scores (0: earlier analysed queries only)")
+                 "last prompt queries whose attention seeds h2o's accumulated scores (0: earlier "
+                 "analysed queries only)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--sketch-dim", o->sketch_dim, "sketch dimension (default head_dim / 8)")->check(CLI::Range(0, 4096));
-  app.add_option("--sketch-basis", o->sketch_basis,
-                 "PCA sketch basis (sieve calibrate --sketch-basis) instead of the random projection");
-  app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--sketch-dim", o->sketch_dim, "sketch dimension (default head_dim / 8)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option(
+      "--sketch-basis", o->sketch_basis,
+      "PCA sketch basis (sieve calibrate --sketch-basis) instead of the random projection");
+  app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--mass", o->masses,
-                 "attention masses for the top-p budget of the true attention (comma list in (0, 1]; default 0.9,0.95)")
+                 "attention masses for the top-p budget of the true attention (comma list in (0, "
+                 "1]; default 0.9,0.95)")
       ->delimiter(',');
-  app.add_option("--exclude-window", o->exclude_window,
-                 "recent keys (the query's own included) left out of the middle keys of the top-p budget")
+  app.add_option(
+         "--exclude-window", o->exclude_window,
+         "recent keys (the query's own included) left out of the middle keys of the top-p budget")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--exclude-sinks", o->exclude_sinks, "first keys left out of the middle keys of the top-p budget")
+  app.add_option("--exclude-sinks", o->exclude_sinks,
+                 "first keys left out of the middle keys of the top-p budget")
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--head-plan", o->head_plan,
-                 "a head plan (sieve calibrate): the top-p budget is also summarised over its retrieval heads");
+                 "a head plan (sieve calibrate): the top-p budget is also summarised over its "
+                 "retrieval heads");
   app.add_flag("--json", o->json, "print one JSON object on stdout");
-  app.add_option("--out", o->out, "write analysis.json and analysis.html (inline SVG plots) into this directory");
+  app.add_option("--out", o->out,
+                 "write analysis.json and analysis.html (inline SVG plots) into this directory");
   return [o]() { return analyze(*o); };
 }
 
-SIEVE_COMMAND("analyze",
-              "attention diagnostics for a prompt: recall of each sparse method at equal budget, block "
-              "granularity, decode query similarity, head logit norms",
-              setup);
+SIEVE_COMMAND(
+    "analyze",
+    "attention diagnostics for a prompt: recall of each sparse method at equal budget, block "
+    "granularity, decode query similarity, head logit norms",
+    setup);
 
 }  // namespace
 }  // namespace sieve::cli

@@ -79,10 +79,13 @@ double median(std::vector<double> v) {
 // current repetition's sequence; timings accumulate per length.
 class PolicyRun {
  public:
-  PolicyRun(const Model& model, ThreadPool& pool, const PolicyPtr& policy, const PolicyPtr& dense_prefill,
-            const BenchOptions& o, int32_t n_ctx)
-      : model_(model), policy_(policy), dense_prefill_(dense_prefill),
-        sketch_(sketch_spec_for(*policy, model.hp)), layout_(kv_layout_for(policy.get(), model.hp)),
+  PolicyRun(const Model& model, ThreadPool& pool, const PolicyPtr& policy,
+            const PolicyPtr& dense_prefill, const BenchOptions& o, int32_t n_ctx)
+      : model_(model),
+        policy_(policy),
+        dense_prefill_(dense_prefill),
+        sketch_(sketch_spec_for(*policy, model.hp)),
+        layout_(kv_layout_for(policy.get(), model.hp)),
         kv_(make_store(model, *policy, dense_prefill.get(), o, n_ctx, sketch_, layout_)),
         fwd_(model, pool, kv_, &sketch_) {}
 
@@ -99,14 +102,17 @@ class PolicyRun {
     sp_.reset();
     pre_.reset();
     if (!resolved_.is_dense()) sp_ = std::make_unique<SparseSeq>(resolved_, model_.hp);
-    if (resolved_.is_dense() && dense_prefill_) pre_ = std::make_unique<SparseSeq>(*dense_prefill_, model_.hp);
+    if (resolved_.is_dense() && dense_prefill_)
+      pre_ = std::make_unique<SparseSeq>(*dense_prefill_, model_.hp);
     for (SparseSeq* s : {sp_.get(), pre_.get()}) {
       if (s) s->prompt_tokens = len;
     }
     const auto t0 = std::chrono::steady_clock::now();
     // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).
     const int32_t chunk = prefill_chunk_for(pre_ ? pre_->policy() : resolved_, len, n_batch);
-    for (int32_t i = 0; i < len; i += chunk) step(std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i)), pre_ ? pre_.get() : sp_.get());
+    for (int32_t i = 0; i < len; i += chunk)
+      step(std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i)),
+           pre_ ? pre_.get() : sp_.get());
     prefill_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     select_ns0_ = sp_ ? sp_->stats.select_ns : 0;
     attn_ns0_ = fwd_.attention_ns();
@@ -123,7 +129,8 @@ class PolicyRun {
     for (int32_t g = 0; g < n; ++g) {
       step(std::span<const int32_t>(&tok_, 1), sp_.get());
       tok_ = argmax(logits_);
-      checksum_ = eval::fnv1a64(std::string_view(reinterpret_cast<const char*>(&tok_), sizeof tok_), checksum_);
+      checksum_ = eval::fnv1a64(std::string_view(reinterpret_cast<const char*>(&tok_), sizeof tok_),
+                                checksum_);
     }
     decode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -143,18 +150,26 @@ class PolicyRun {
     dc_.push_back(n_decode / decode_s_);
   }
 
-  nlohmann::json report(int32_t nt, int32_t len, int32_t n_decode, const std::string& dense_prefill) const {
+  nlohmann::json report(int32_t nt, int32_t len, int32_t n_decode,
+                        const std::string& dense_prefill) const {
     // Per decoded token, the last repetition's: planning, attention with its planning, the
     // weight matmuls, and the whole forward pass (the rest of it is serial glue; what is
     // outside it, the KV reservation, the sparse bookkeeping and the argmax).
-    const double select_ms = decode_select_ns_ / 1e6 / n_decode, attn_ms = decode_attn_ns_ / 1e6 / n_decode;
-    const double matmul_ms = decode_matmul_ns_ / 1e6 / n_decode, forward_ms = decode_run_ns_ / 1e6 / n_decode;
+    const double select_ms = decode_select_ns_ / 1e6 / n_decode,
+                 attn_ms = decode_attn_ns_ / 1e6 / n_decode;
+    const double matmul_ms = decode_matmul_ns_ / 1e6 / n_decode,
+                 forward_ms = decode_run_ns_ / 1e6 / n_decode;
     const std::string prefill_policy =
         resolved_.is_dense() && !dense_prefill.empty() ? dense_prefill : resolved_.describe();
-    nlohmann::json r = {{"threads", nt}, {"prompt_tokens", len}, {"prefill_tok_s", median(pf_)}, {"ttft_ms", 1000.0 * len / median(pf_)},
-                        {"decode_tok_s", median(dc_)}, {"n_decode", n_decode},
+    nlohmann::json r = {{"threads", nt},
+                        {"prompt_tokens", len},
+                        {"prefill_tok_s", median(pf_)},
+                        {"ttft_ms", 1000.0 * len / median(pf_)},
+                        {"decode_tok_s", median(dc_)},
+                        {"n_decode", n_decode},
                         {"decode_tokens_fnv", checksum_},
-                        {"policy", resolved_.describe()}, {"kv_bytes", kv_bytes_},
+                        {"policy", resolved_.describe()},
+                        {"kv_bytes", kv_bytes_},
                         {"prefill_policy", prefill_policy},
                         {"selected_fraction", last_.selected_fraction()},
                         {"mean_selected_tokens", last_.mean_selected()},
@@ -166,25 +181,30 @@ class PolicyRun {
                         {"tokens_evicted", last_.tokens_evicted},
                         {"prefill_row_fraction", last_.prefill_row_fraction()},
                         {"prefill_tokens_dropped", last_.prefill_dropped}};
-    log_info("threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} ms/token in "
-             "attention, {:.2f} of it planning sparse attention; {:.2f} in matmuls; {:.2f} in the forward pass), "
-             "read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, KV {:.1f} MiB",
-             nt, len, resolved_.describe(), median(pf_), 1000.0 * len / median(pf_), median(dc_),
-             attn_ms, select_ms, matmul_ms, forward_ms, 100 * last_.selected_fraction(), 100 * last_.hit_rate(),
-             100 * last_.prefill_row_fraction(), kv_bytes_ / 1048576.0);
+    log_info(
+        "threads {} prompt {} {}: prefill {:.1f} tok/s ({:.0f} ms), decode {:.1f} tok/s ({:.2f} "
+        "ms/token in "
+        "attention, {:.2f} of it planning sparse attention; {:.2f} in matmuls; {:.2f} in the "
+        "forward pass), "
+        "read {:.1f}%, hits {:.0f}%, prefill rows {:.1f}%, KV {:.1f} MiB",
+        nt, len, resolved_.describe(), median(pf_), 1000.0 * len / median(pf_), median(dc_),
+        attn_ms, select_ms, matmul_ms, forward_ms, 100 * last_.selected_fraction(),
+        100 * last_.hit_rate(), 100 * last_.prefill_row_fraction(), kv_bytes_ / 1048576.0);
     return r;
   }
 
  private:
-  static KvStore make_store(const Model& model, const PolicyConfig& policy, const PolicyConfig* dense_prefill,
-                            const BenchOptions& o, int32_t n_ctx, const SketchProjection& sketch,
-                            const std::vector<KvCapacity>& layout) {
+  static KvStore make_store(const Model& model, const PolicyConfig& policy,
+                            const PolicyConfig* dense_prefill, const BenchOptions& o, int32_t n_ctx,
+                            const SketchProjection& sketch, const std::vector<KvCapacity>& layout) {
     KvConfig kc = kv_config_for(model.hp, 0, 16, "bench", &layout);
     kc.sketch_dim = sketch.spec().dim;
     int64_t max_chunk = o.n_batch;
     for (int32_t len : o.lengths) {
-      max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(resolve_auto(policy, len), len, o.n_batch));
-      if (dense_prefill) max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
+      max_chunk = std::max<int64_t>(max_chunk,
+                                    prefill_chunk_for(resolve_auto(policy, len), len, o.n_batch));
+      if (dense_prefill)
+        max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
     }
     kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
     kc.prefix_cache = false;
@@ -202,7 +222,8 @@ class PolicyRun {
     Status s = fwd_.run(std::span<const BatchEntry>(&e, 1), logits_);
     if (!s) throw UserError(s.message());
     if (sp_) {
-      if (Status es = sparse_after_step(kv_, seq_, *sp_, model_.hp); !es) throw UserError(es.message());
+      if (Status es = sparse_after_step(kv_, seq_, *sp_, model_.hp); !es)
+        throw UserError(es.message());
     }
   }
 
@@ -224,7 +245,8 @@ class PolicyRun {
   int64_t select_ns0_ = 0, attn_ns0_ = 0, matmul_ns0_ = 0, run_ns0_ = 0;
   std::vector<double> pf_, dc_;
   SparseStats last_;
-  int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0, decode_matmul_ns_ = 0, decode_run_ns_ = 0;
+  int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0, decode_matmul_ns_ = 0,
+          decode_run_ns_ = 0;
 };
 
 int run(BenchOptions o) {
@@ -238,32 +260,37 @@ int run(BenchOptions o) {
   std::vector<int32_t> prompt(max_len);
   if (o.file.empty()) {
     // Deterministic prompt: token ids cycling through the vocabulary's ordinary range.
-    for (int32_t i = 0; i < max_len; ++i) prompt[i] = 100 + (i * 7919) % std::min(model.hp.n_vocab - 100, 30000);
+    for (int32_t i = 0; i < max_len; ++i)
+      prompt[i] = 100 + (i * 7919) % std::min(model.hp.n_vocab - 100, 30000);
   } else {
     std::ifstream in(o.file, std::ios::binary);
     if (!in) throw UserError("cannot read the prompt file " + o.file);
     std::stringstream ss;
     ss << in.rdbuf();
-    const std::vector<int32_t> ids = model.tokenizer->encode(ss.str(), model.tokenizer->add_bos(), false);
+    const std::vector<int32_t> ids =
+        model.tokenizer->encode(ss.str(), model.tokenizer->add_bos(), false);
     if (ids.size() < 2) throw UserError("the prompt file " + o.file + " has no text");
     for (int32_t i = 0; i < max_len; ++i) prompt[i] = ids[i % ids.size()];
   }
   // Each item is NAME or NAME:key=value:... (as in sieve eval); --set applies to every sparse item.
   std::vector<std::string> items = o.policies;
   if (!o.head_plan.empty()) {
-    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policies"); !s) throw UserError(s.message());
+    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policies"); !s)
+      throw UserError(s.message());
   }
   auto listed = eval::make_policy_list(items, o.sets);
   if (!listed) throw UserError(listed.message());
   const std::vector<PolicyPtr> policies = std::move(*listed);
   // --dense-prefill: the policy the dense rows prefill with, parsed once.
-  const PolicyPtr dense_prefill =
-      o.dense_prefill.empty() ? nullptr : policy_from_flags(PolicyFlags{o.dense_prefill, "", {}, ""});
+  const PolicyPtr dense_prefill = o.dense_prefill.empty()
+                                      ? nullptr
+                                      : policy_from_flags(PolicyFlags{o.dense_prefill, "", {}, ""});
 
   nlohmann::json results = nlohmann::json::array();
   std::string device = cpu_features_string();
   if (o.backend == "cuda") {
-    run_gpu_bench(model, prompt, policies, GpuBenchOptions{o.lengths, o.n_decode, o.reps, o.warmup}, results, device);
+    run_gpu_bench(model, prompt, policies, GpuBenchOptions{o.lengths, o.n_decode, o.reps, o.warmup},
+                  results, device);
     o.threads.clear();
   }
   for (int32_t nt : o.threads) {
@@ -297,20 +324,28 @@ int run(BenchOptions o) {
   // Side-by-side ratios to dense at the same threads and length.
   for (auto& r : results) {
     for (const auto& d : results) {
-      if (d["policy"] == "dense" && d["threads"] == r["threads"] && d["prompt_tokens"] == r["prompt_tokens"]) {
+      if (d["policy"] == "dense" && d["threads"] == r["threads"] &&
+          d["prompt_tokens"] == r["prompt_tokens"]) {
         r["decode_vs_dense"] = r["decode_tok_s"].get<double>() / d["decode_tok_s"].get<double>();
         r["prefill_vs_dense"] = r["prefill_tok_s"].get<double>() / d["prefill_tok_s"].get<double>();
-        r["kv_bytes_vs_dense"] = static_cast<double>(r["kv_bytes"].get<int64_t>()) / d["kv_bytes"].get<int64_t>();
+        r["kv_bytes_vs_dense"] =
+            static_cast<double>(r["kv_bytes"].get<int64_t>()) / d["kv_bytes"].get<int64_t>();
       }
     }
   }
   char date[32];
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  nlohmann::json j = {{"engine", "sieve"},       {"model", lm.path},     {"arch", model.hp.arch},
-                      {"n_batch", o.n_batch},    {"reps", o.reps},       {"date", date},
-                      {"cpu_features", cpu_features_string()},          {"backend", o.backend},
-                      {"device", device},                               {"results", results}};
+  nlohmann::json j = {{"engine", "sieve"},
+                      {"model", lm.path},
+                      {"arch", model.hp.arch},
+                      {"n_batch", o.n_batch},
+                      {"reps", o.reps},
+                      {"date", date},
+                      {"cpu_features", cpu_features_string()},
+                      {"backend", o.backend},
+                      {"device", device},
+                      {"results", results}};
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -320,27 +355,38 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("-m,--model", o->model.model, "GGUF file or known model name (default: smollm2)");
   app.add_option("--threads-list", o->threads, "thread counts to measure")->delimiter(',');
   app.add_option("--lengths", o->lengths, "prompt lengths")->delimiter(',');
-  app.add_option("--n-decode", o->n_decode, "tokens decoded after the prompt")->check(CLI::Range(1, 100000));
+  app.add_option("--n-decode", o->n_decode, "tokens decoded after the prompt")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--batch", o->n_batch, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
-  app.add_option("--reps", o->reps, "measured repetitions (median reported)")->check(CLI::Range(1, 100));
+  app.add_option("--reps", o->reps, "measured repetitions (median reported)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--warmup", o->warmup, "warm-up runs before measuring")->check(CLI::Range(0, 10));
-  app.add_option("--round", o->round,
-                 "decode tokens per turn: the policies' decode steps alternate in rounds of this many, so "
-                 "that their ratios compare steps run side by side (0: each policy decodes all at once)")
+  app.add_option(
+         "--round", o->round,
+         "decode tokens per turn: the policies' decode steps alternate in rounds of this many, so "
+         "that their ratios compare steps run side by side (0: each policy decodes all at once)")
       ->check(CLI::Range(0, 100000));
-  app.add_option("--policies", o->policies, "attention policies to compare, each NAME or NAME:key=value:... (dense first for ratios)")->delimiter(',');
+  app.add_option(
+         "--policies", o->policies,
+         "attention policies to compare, each NAME or NAME:key=value:... (dense first for ratios)")
+      ->delimiter(',');
   app.add_option("--set", o->sets, "policy knob key=value for every policy but dense (repeatable)");
   app.add_option("--head-plan", o->head_plan, "head plan of the rtpurbo policy (sieve calibrate)");
-  app.add_option("-f,--file", o->file, "prompt text, repeated to each length (default: synthetic ids)");
-  app.add_option("--dense-prefill", o->dense_prefill,
-                 "prefill the dense rows with this policy to save time at long lengths; dense decode "
-                 "reads every key whatever they hold, so its decode speed is unchanged");
+  app.add_option("-f,--file", o->file,
+                 "prompt text, repeated to each length (default: synthetic ids)");
+  app.add_option(
+      "--dense-prefill", o->dense_prefill,
+      "prefill the dense rows with this policy to save time at long lengths; dense decode "
+      "reads every key whatever they hold, so its decode speed is unchanged");
   add_backend_flag(app, o->backend);
   app.add_flag("--engine", o->engine,
                "engine core instead: repeated-prompt prefix hit and N concurrent sequences");
-  app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")->check(CLI::Range(16, 1 << 20));
-  app.add_option("--concurrency", o->concurrency, "--engine: concurrent sequences to compare")->delimiter(',');
-  app.add_option("--conc-prompt", o->conc_prompt, "--engine: prompt length per sequence")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")
+      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--concurrency", o->concurrency, "--engine: concurrent sequences to compare")
+      ->delimiter(',');
+  app.add_option("--conc-prompt", o->conc_prompt, "--engine: prompt length per sequence")
+      ->check(CLI::Range(1, 1 << 20));
   CLI::App* serve = app.add_subcommand(
       "serve", "load an OpenAI-compatible server: TTFT, ITL, tok/s per clients x prompt");
   auto run_serve = setup_bench_serve(*serve);

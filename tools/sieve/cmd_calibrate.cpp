@@ -31,7 +31,9 @@ namespace sieve::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct CalibrateOptions {
   ModelOptions model;
@@ -48,12 +50,14 @@ struct CalibrateOptions {
   float lr = 0.02f;
   float budget_p = -1;         // < 0: the rtpurbo preset's top_p; 0: no budget report
   int32_t budget_window = -1;  // < 0: ctx / 8
-  bool sketch_basis = false;  // fit a PCA sketch basis instead of a head plan
+  bool sketch_basis = false;   // fit a PCA sketch basis instead of a head plan
   int32_t sketch_dim = 0;
   bool quiet = false;  // sieve -q: no progress bar
 };
 
-HeadShape shape_of(const ModelHParams& hp) { return HeadShape{hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim}; }
+HeadShape shape_of(const ModelHParams& hp) {
+  return HeadShape{hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim};
+}
 
 std::string file_sha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -74,8 +78,8 @@ std::string file_sha256(const std::string& path) {
 }
 
 // Keys of one stream as f32 [n_head_kv, n, head_dim] (as attention reads them: f16).
-void load_stream_keys(const KvSeqView& sv, const ModelHParams& hp, ThreadPool& pool, std::vector<float>& kf,
-                      std::vector<int32_t>& kpos) {
+void load_stream_keys(const KvSeqView& sv, const ModelHParams& hp, ThreadPool& pool,
+                      std::vector<float>& kf, std::vector<int32_t>& kpos) {
   const int32_t n = sv.n_tokens, d = hp.head_dim, Hkv = hp.n_head_kv;
   kf.resize(static_cast<size_t>(Hkv) * n * d);
   kpos.resize(n);
@@ -83,7 +87,8 @@ void load_stream_keys(const KvSeqView& sv, const ModelHParams& hp, ThreadPool& p
     for (int64_t j = a; j < z; ++j) {
       const uint16_t* row = sv.k_f16(static_cast<int32_t>(j));
       kpos[j] = sv.position(static_cast<int32_t>(j));
-      for (int32_t h = 0; h < Hkv; ++h) f16_to_f32_row(row + int64_t{h} * d, kf.data() + (int64_t{h} * n + j) * d, d);
+      for (int32_t h = 0; h < Hkv; ++h)
+        f16_to_f32_row(row + int64_t{h} * d, kf.data() + (int64_t{h} * n + j) * d, d);
     }
   });
 }
@@ -91,13 +96,15 @@ void load_stream_keys(const KvSeqView& sv, const ModelHParams& hp, ThreadPool& p
 // Runs one sequence through the model in chunks, the observer attached; progress in tokens.
 class Prefiller {
  public:
-  Prefiller(const Model& model, ThreadPool& pool, int32_t ctx, int32_t chunk) : model_(model), pool_(pool), chunk_(chunk) {
+  Prefiller(const Model& model, ThreadPool& pool, int32_t ctx, int32_t chunk)
+      : model_(model), pool_(pool), chunk_(chunk) {
     const ModelHParams& hp = model.hp;
     int n_sliding = 0;
     for (LayerKind k : hp.layer_kind) n_sliding += k == LayerKind::sliding;
     ModelHParams one_layer = hp;
     one_layer.layer_kind.assign(1, LayerKind::full);
-    const int64_t bytes = kv_budget_bytes(hp, ctx, 1, 16) + n_sliding * kv_budget_bytes(one_layer, chunk + 32, 1, 16);
+    const int64_t bytes =
+        kv_budget_bytes(hp, ctx, 1, 16) + n_sliding * kv_budget_bytes(one_layer, chunk + 32, 1, 16);
     auto store = KvStore::create(kv_config_for(hp, bytes, 16, "calibrate"));
     if (!store) throw UserError(store.message());
     kv_ = std::make_unique<KvStore>(std::move(store.value()));
@@ -115,9 +122,11 @@ class Prefiller {
       const std::span<const int32_t> t(ids.data() + i, n);
       const KvAppend app{seq, t};
       auto room = kv_->reserve(std::span<const KvAppend>(&app, 1));
-      if (!room || !room->fits()) throw UserError("the KV store has no room for the calibration text");
+      if (!room || !room->fits())
+        throw UserError("the KV store has no room for the calibration text");
       const BatchEntry e{seq, t, false, nullptr};
-      if (Status st = fwd.run(std::span<const BatchEntry>(&e, 1), logits); !st) throw UserError(st.message());
+      if (Status st = fwd.run(std::span<const BatchEntry>(&e, 1), logits); !st)
+        throw UserError(st.message());
       bar.add(static_cast<int64_t>(n));
     }
     fwd.set_observer(nullptr);
@@ -139,9 +148,11 @@ class Prefiller {
 // window, so a far early copy gets 0).
 class NeedleScorer : public AttentionObserver {
  public:
-  NeedleScorer(const ModelHParams& hp, ThreadPool& pool, std::vector<double>& score) : hp_(hp), pool_(pool), score_(score) {}
+  NeedleScorer(const ModelHParams& hp, ThreadPool& pool, std::vector<double>& score)
+      : hp_(hp), pool_(pool), score_(score) {}
   NeedleSample sample;
-  std::vector<std::vector<float>> rows;  // --dump-rows: [layer * n_head + head] a late query's attention
+  std::vector<std::vector<float>>
+      rows;  // --dump-rows: [layer * n_head + head] a late query's attention
 
   void on_layer(int il, std::span<const BatchEntry> batch, const float* q, const int32_t* pos,
                 const KvStore& kv) override {
@@ -149,7 +160,8 @@ class NeedleScorer : public AttentionObserver {
     const int32_t first = sample.late_begin + 1, end = sample.late_begin + sample.needle_len;
     if (pos[n_tok - 1] < first) return;
     load_stream_keys(kv.seq_view(batch[0].seq, il), hp_, pool_, kf_, kpos_);
-    const int32_t H = hp_.n_head, d = hp_.head_dim, G = hp_.n_gqa(), n = static_cast<int32_t>(kpos_.size());
+    const int32_t H = hp_.n_head, d = hp_.head_dim, G = hp_.n_gqa(),
+                  n = static_cast<int32_t>(kpos_.size());
     const bool sliding = hp_.layer_kind[il] == LayerKind::sliding;
     const int32_t e0 = sample.early_begin, e1 = sample.early_begin + sample.needle_len;
     const double per_query = 1.0 / (sample.needle_len - 1);
@@ -197,7 +209,8 @@ class NeedleScorer : public AttentionObserver {
   std::vector<int32_t> kpos_;
 };
 
-HeadPlan calibrate_heads(const CalibrateOptions& o, const LoadedModel& lm, const CalibrationCorpus& corpus) {
+HeadPlan calibrate_heads(const CalibrateOptions& o, const LoadedModel& lm,
+                         const CalibrationCorpus& corpus) {
   const Model& model = *lm.model;
   const ModelHParams& hp = model.hp;
   std::vector<double> score(static_cast<size_t>(hp.n_layer) * hp.n_head, 0.0);
@@ -212,8 +225,8 @@ HeadPlan calibrate_heads(const CalibrateOptions& o, const LoadedModel& lm, const
       pre.run(scorer.sample.ids, scorer, bar);
       if (s == 0 && !o.dump_rows.empty()) {
         std::ofstream out(o.dump_rows);
-        out << "# attention rows of the last late-needle query (sieve calibrate --dump-rows), seed " << o.seed
-            << ": layer head n p_0 .. p_{n-1}\n";
+        out << "# attention rows of the last late-needle query (sieve calibrate --dump-rows), seed "
+            << o.seed << ": layer head n p_0 .. p_{n-1}\n";
         for (size_t i = 0; i < scorer.rows.size(); ++i) {
           if (scorer.rows[i].empty()) continue;
           out << i / hp.n_head << ' ' << i % hp.n_head << ' ' << scorer.rows[i].size();
@@ -226,7 +239,8 @@ HeadPlan calibrate_heads(const CalibrateOptions& o, const LoadedModel& lm, const
     }
   }
   HeadPlan plan = HeadPlan::empty(shape_of(hp));
-  for (size_t i = 0; i < score.size(); ++i) plan.scores[i] = static_cast<float>(score[i] / o.samples);
+  for (size_t i = 0; i < score.size(); ++i)
+    plan.scores[i] = static_cast<float>(score[i] / o.samples);
   choose_retrieval_heads(plan, o.ratio);
   plan.seed = o.seed;
   plan.samples = o.samples;
@@ -235,7 +249,8 @@ HeadPlan calibrate_heads(const CalibrateOptions& o, const LoadedModel& lm, const
   plan.model_arch = hp.arch;
   plan.model_sha256 = file_sha256(lm.path);
   plan.score_method =
-      "needle: mean over the late copy's tokens (first left out) of the attention mass on the early copy's span";
+      "needle: mean over the late copy's tokens (first left out) of the attention mass on the "
+      "early copy's span";
   log_info("calibrate: {} samples of {} tokens in {:.1f} s", o.samples, o.ctx, seconds_since(t0));
   return plan;
 }
@@ -249,11 +264,13 @@ void print_plan(const HeadPlan& plan, const ModelHParams& hp) {
       mask += plan.is_retrieval(l, h) ? 'X' : '.';
       mx = std::max(mx, plan.score(l, h));
     }
-    std::printf("%5d  %-7s  %-19s  %d  %.4f\n", l, hp.layer_kind[l] == LayerKind::sliding ? "sliding" : "full",
-                mask.c_str(), plan.n_retrieval(l), mx);
+    std::printf("%5d  %-7s  %-19s  %d  %.4f\n", l,
+                hp.layer_kind[l] == LayerKind::sliding ? "sliding" : "full", mask.c_str(),
+                plan.n_retrieval(l), mx);
   }
-  std::printf("retrieval heads: %d of %d (%.1f%%); KV groups keeping full KV: %d of %d\n", plan.n_retrieval(),
-              hp.n_layer * hp.n_head, 100.0 * plan.retrieval_share(), plan.n_kv_full(), hp.n_layer * hp.n_head_kv);
+  std::printf("retrieval heads: %d of %d (%.1f%%); KV groups keeping full KV: %d of %d\n",
+              plan.n_retrieval(), hp.n_layer * hp.n_head, 100.0 * plan.retrieval_share(),
+              plan.n_kv_full(), hp.n_layer * hp.n_head_kv);
 }
 
 // ---- step 2: the indexer fit ----
@@ -287,7 +304,8 @@ class FitCollector : public AttentionObserver {
         L.q.insert(L.q.end(), q + int64_t{t} * hp_.q_dim(), q + int64_t{t + 1} * hp_.q_dim());
       }
     }
-    if (pos[n_tok - 1] == n_total - 1) load_stream_keys(kv.seq_view(batch[0].seq, il), hp_, pool_, L.keys, L.kpos);
+    if (pos[n_tok - 1] == n_total - 1)
+      load_stream_keys(kv.seq_view(batch[0].seq, il), hp_, pool_, L.keys, L.kpos);
   }
 
  private:
@@ -308,7 +326,8 @@ struct FitGroup {
 // back to pre-RoPE, targets = the model's softmax attention over keys [0, pos].
 void add_sequence(FitGroup& g, const FitCollector& col, const ModelHParams& hp, ThreadPool& pool) {
   const FitCollector::Layer& L = col.layer(g.layer);
-  const int32_t D = hp.head_dim, n = static_cast<int32_t>(L.kpos.size()), n_q = static_cast<int32_t>(col.positions.size());
+  const int32_t D = hp.head_dim, n = static_cast<int32_t>(L.kpos.size()),
+                n_q = static_cast<int32_t>(col.positions.size());
   const float base = hp.rope_base[g.layer];
   IndexerSeq S;
   S.n_keys = n;
@@ -353,7 +372,8 @@ void add_sequence(FitGroup& g, const FitCollector& col, const ModelHParams& hp, 
   g.data.seqs.push_back(std::move(S));
 }
 
-void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& lm, const CalibrationCorpus& corpus) {
+void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& lm,
+                  const CalibrationCorpus& corpus) {
   const Model& model = *lm.model;
   const ModelHParams& hp = model.hp;
   std::vector<FitGroup> groups;
@@ -379,13 +399,17 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
     }
   }
   if (skipped_sliding > 0) {
-    std::printf("indexer: %d retrieval heads on sliding-window layers get no indexer (they read their window)\n",
-                skipped_sliding);
+    std::printf(
+        "indexer: %d retrieval heads on sliding-window layers get no indexer (they read their "
+        "window)\n",
+        skipped_sliding);
   }
-  if (groups.empty()) throw UserError("the head plan has no retrieval head on a full-attention layer to fit");
+  if (groups.empty())
+    throw UserError("the head plan has no retrieval head on a full-attention layer to fit");
 
   const int32_t lo = o.ctx / 2;
-  if (o.ctx - lo < o.queries) throw UserError("--queries exceeds the positions in the second half of --ctx");
+  if (o.ctx - lo < o.queries)
+    throw UserError("--queries exceeds the positions in the second half of --ctx");
   const auto t0 = Clock::now();
   FitCollector col(hp, *lm.pool, wanted);
   Prefiller pre(model, *lm.pool, o.ctx, o.chunk);
@@ -428,16 +452,22 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   plan.w_k.assign(static_cast<size_t>(hp.n_layer) * hp.n_head_kv, {});
   plan.fit.assign(plan.w_q.size(), IndexerFit{});
   const auto t1 = Clock::now();
-  std::printf("indexer: d_idx %d, %d Adam steps, %d x %d query positions (every 4th held out), recall = full top-%d in "
-              "indexer top-%d\n",
-              fo.d_idx, fo.steps, o.samples, o.queries, fo.recall_k, fo.recall_of);
+  std::printf(
+      "indexer: d_idx %d, %d Adam steps, %d x %d query positions (every 4th held out), recall = "
+      "full top-%d in "
+      "indexer top-%d\n",
+      fo.d_idx, fo.steps, o.samples, o.queries, fo.recall_k, fo.recall_of);
   if (fo.budget_p > 0) {
-    std::printf("budget: share of the candidates (not the first %d nor the last %d keys) that top-p %.2f keeps over the "
-                "indexer and over the full attention, and the attention mass the indexer's set holds\n",
-                fo.budget_sinks, fo.budget_window, fo.budget_p);
+    std::printf(
+        "budget: share of the candidates (not the first %d nor the last %d keys) that top-p %.2f "
+        "keeps over the "
+        "indexer and over the full attention, and the attention mass the indexer's set holds\n",
+        fo.budget_sinks, fo.budget_window, fo.budget_p);
   }
-  std::printf("layer  head  kv   held-out KL init -> fit          recall init -> fit   (JL sketch: KL, recall)%s\n",
-              fo.budget_p > 0 ? "   keep  attention's keep  mass held" : "");
+  std::printf(
+      "layer  head  kv   held-out KL init -> fit          recall init -> fit   (JL sketch: KL, "
+      "recall)%s\n",
+      fo.budget_p > 0 ? "   keep  attention's keep  mass held" : "");
   double sums[6] = {}, budget_sums[3] = {};
   int32_t budget_heads = 0;  // heads with queries of at least 64 candidates
   int32_t n_heads = 0;
@@ -456,10 +486,12 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
         const IndexerHeadFit& h = fit.heads[a];
         const size_t i = static_cast<size_t>(g.layer) * hp.n_head + g.heads[a];
         plan.w_q[i] = h.w_q;
-        plan.fit[i] = IndexerFit{h.kl_init, h.kl_fit, h.recall_init, h.recall_fit, h.keep, h.keep_oracle, h.coverage};
-        std::printf("%5d  %4d  %2d   %7.3f -> %6.3f  (train %6.3f)  %5.3f -> %5.3f         (%6.3f, %5.3f)",
-                    g.layer, g.heads[a], g.kv_head, h.kl_init, h.kl_fit, h.train_kl_fit, h.recall_init, h.recall_fit,
-                    jl.kl[a], jl.recall[a]);
+        plan.fit[i] = IndexerFit{h.kl_init, h.kl_fit,      h.recall_init, h.recall_fit,
+                                 h.keep,    h.keep_oracle, h.coverage};
+        std::printf(
+            "%5d  %4d  %2d   %7.3f -> %6.3f  (train %6.3f)  %5.3f -> %5.3f         (%6.3f, %5.3f)",
+            g.layer, g.heads[a], g.kv_head, h.kl_init, h.kl_fit, h.train_kl_fit, h.recall_init,
+            h.recall_fit, jl.kl[a], jl.recall[a]);
         if (fo.budget_p > 0) {
           std::printf("   %4.2f  %4.2f              %4.2f", h.keep, h.keep_oracle, h.coverage);
           if (h.keep > 0) {
@@ -470,7 +502,8 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
           }
         }
         std::printf("\n");
-        const double v[6] = {h.kl_init, h.kl_fit, h.recall_init, h.recall_fit, jl.kl[a], jl.recall[a]};
+        const double v[6] = {h.kl_init,    h.kl_fit, h.recall_init,
+                             h.recall_fit, jl.kl[a], jl.recall[a]};
         for (int k = 0; k < 6; ++k) sums[k] += v[k];
         ++n_heads;
       }
@@ -480,14 +513,18 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
   }
   plan.fit_ms = seconds_since(t1) * 1000.0;
   for (double& s : sums) s /= std::max(n_heads, 1);
-  std::printf("mean over %d heads: KL %.3f -> %.3f, recall %.3f -> %.3f (JL sketch: KL %.3f, recall %.3f); "
-              "collect %.1f s, fit %.1f s\n",
-              n_heads, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], collect_s, plan.fit_ms / 1000.0);
+  std::printf(
+      "mean over %d heads: KL %.3f -> %.3f, recall %.3f -> %.3f (JL sketch: KL %.3f, recall %.3f); "
+      "collect %.1f s, fit %.1f s\n",
+      n_heads, sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], collect_s,
+      plan.fit_ms / 1000.0);
   if (fo.budget_p > 0) {
     for (double& s : budget_sums) s /= std::max(budget_heads, 1);
-    std::printf("budget (held-out): top-p %.2f keeps %.1f%% of the candidates over the indexer, %.1f%% over the full "
-                "attention; the indexer's set holds %.3f of the attention's mass\n",
-                fo.budget_p, 100 * budget_sums[0], 100 * budget_sums[1], budget_sums[2]);
+    std::printf(
+        "budget (held-out): top-p %.2f keeps %.1f%% of the candidates over the indexer, %.1f%% "
+        "over the full "
+        "attention; the indexer's set holds %.3f of the attention's mass\n",
+        fo.budget_p, 100 * budget_sums[0], 100 * budget_sums[1], budget_sums[2]);
   }
 }
 
@@ -497,7 +534,8 @@ void fit_indexers(HeadPlan& plan, const CalibrateOptions& o, const LoadedModel& 
 // layer (as the store keeps them: f16) to the second moments.
 class KeyMomentCollector : public AttentionObserver {
  public:
-  KeyMomentCollector(const ModelHParams& hp, ThreadPool& pool, KeyMoments& m) : hp_(hp), pool_(pool), m_(m) {}
+  KeyMomentCollector(const ModelHParams& hp, ThreadPool& pool, KeyMoments& m)
+      : hp_(hp), pool_(pool), m_(m) {}
   int32_t n_total = 0;
   void on_layer(int il, std::span<const BatchEntry> batch, const float* /*q*/, const int32_t* pos,
                 const KvStore& kv) override {
@@ -506,7 +544,8 @@ class KeyMomentCollector : public AttentionObserver {
     if (pos[n_tok - 1] != n_total - 1) return;
     load_stream_keys(kv.seq_view(batch[0].seq, il), hp_, pool_, kf_, kpos_);
     const int32_t n = static_cast<int32_t>(kpos_.size());
-    for (int32_t h = 0; h < hp_.n_head_kv; ++h) m_.add(il, h, kf_.data() + int64_t{h} * n * hp_.head_dim, n);
+    for (int32_t h = 0; h < hp_.n_head_kv; ++h)
+      m_.add(il, h, kf_.data() + int64_t{h} * n * hp_.head_dim, n);
   }
 
  private:
@@ -517,12 +556,14 @@ class KeyMomentCollector : public AttentionObserver {
   std::vector<int32_t> kpos_;
 };
 
-void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm, const CalibrationCorpus& corpus) {
+void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm,
+                      const CalibrationCorpus& corpus) {
   const Model& model = *lm.model;
   const ModelHParams& hp = model.hp;
   const int32_t dim = o.sketch_dim > 0 ? o.sketch_dim : std::max(1, hp.head_dim / 8);
   if (dim > hp.head_dim) {
-    throw UserError("--sketch-dim " + std::to_string(dim) + " exceeds head_dim " + std::to_string(hp.head_dim));
+    throw UserError("--sketch-dim " + std::to_string(dim) + " exceeds head_dim " +
+                    std::to_string(hp.head_dim));
   }
   const auto t0 = Clock::now();
   KeyMoments moments(hp.n_layer, hp.n_head_kv, hp.head_dim);
@@ -539,8 +580,10 @@ void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm, const Ca
   SketchBasis b = moments.fit(dim);
   b.model_name = hp.name;
   b.model_arch = hp.arch;
-  std::printf("sketch basis: d_s %d of head_dim %d, %lld keys per (layer, KV head) from %d texts of %d tokens\n", dim,
-              hp.head_dim, static_cast<long long>(b.tokens), o.samples, o.ctx);
+  std::printf(
+      "sketch basis: d_s %d of head_dim %d, %lld keys per (layer, KV head) from %d texts of %d "
+      "tokens\n",
+      dim, hp.head_dim, static_cast<long long>(b.tokens), o.samples, o.ctx);
   std::printf("layer  kv head  share of E|k|^2 in the span\n");
   double sum = 0;
   int32_t n = 0;
@@ -553,8 +596,10 @@ void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm, const Ca
       ++n;
     }
   }
-  std::printf("mean %.3f over %d (layer, KV head) pairs (a random %d-dim subspace keeps %.3f on isotropic keys)\n",
-              sum / std::max(n, 1), n, dim, static_cast<double>(dim) / hp.head_dim);
+  std::printf(
+      "mean %.3f over %d (layer, KV head) pairs (a random %d-dim subspace keeps %.3f on isotropic "
+      "keys)\n",
+      sum / std::max(n, 1), n, dim, static_cast<double>(dim) / hp.head_dim);
   if (Status st = save_sketch_basis(b, o.out); !st) throw UserError(st.message());
   std::printf("wrote %s (%.1f s, %d threads)\n", o.out.c_str(), seconds_since(t0), lm.pool->size());
 }
@@ -562,8 +607,8 @@ void fit_sketch_basis(const CalibrateOptions& o, const LoadedModel& lm, const Ca
 void check_options(const CalibrateOptions& o, const LoadedModel& lm) {
   if (o.out.empty()) throw UserError("--out FILE is required (where the head plan is written)");
   if (o.ctx > lm.n_ctx) {
-    throw UserError("--ctx " + std::to_string(o.ctx) + " exceeds the context of " + std::to_string(lm.n_ctx) +
-                    " tokens (raise -c)");
+    throw UserError("--ctx " + std::to_string(o.ctx) + " exceeds the context of " +
+                    std::to_string(lm.n_ctx) + " tokens (raise -c)");
   }
   const ModelHParams& hp = lm.model->hp;
   int n_full = 0;
@@ -574,12 +619,15 @@ void check_options(const CalibrateOptions& o, const LoadedModel& lm) {
 int calibrate(CalibrateOptions o) {
   o.quiet = log_level() > LogLevel::info;
   if (o.out.empty()) throw UserError("--out FILE is required (where the head plan is written)");
-  if (!o.head_plan.empty() && !o.fit_indexer) throw UserError("--head-plan is read only with --fit-indexer");
+  if (!o.head_plan.empty() && !o.fit_indexer)
+    throw UserError("--head-plan is read only with --fit-indexer");
   if ((o.budget_p >= 0 || o.budget_window >= 0) && !o.fit_indexer) {
     throw UserError("--budget-p and --budget-window are read only with --fit-indexer");
   }
   if (o.sketch_basis && (o.fit_indexer || !o.head_plan.empty())) {
-    throw UserError("--sketch-basis fits a PCA sketch basis on its own; leave out --fit-indexer and --head-plan");
+    throw UserError(
+        "--sketch-basis fits a PCA sketch basis on its own; leave out --fit-indexer and "
+        "--head-plan");
   }
   LoadedModel lm = load_for_run(o.model);
   check_options(o, lm);
@@ -609,41 +657,56 @@ int calibrate(CalibrateOptions o) {
 std::function<int()> setup(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   add_model_flags(app, o->model);
-  app.add_option("--out", o->out, "head plan JSON to write (with --sketch-basis: the basis JSON)")->required();
+  app.add_option("--out", o->out, "head plan JSON to write (with --sketch-basis: the basis JSON)")
+      ->required();
   app.add_option("--ratio", o->ratio, "share of query heads made retrieval heads (at least one)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o->seed, "seed of the calibration samples");
-  app.add_option("--samples", o->samples, "calibration sequences (needle samples; texts for the indexer fit)")
+  app.add_option("--samples", o->samples,
+                 "calibration sequences (needle samples; texts for the indexer fit)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--ctx", o->ctx, "tokens per calibration sequence")->check(CLI::Range(256, 1 << 20));
-  app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")->check(CLI::Range(16, 1 << 16));
-  app.add_flag("--fit-indexer", o->fit_indexer, "fit the retrieval heads' low-dim indexer (stage 1 of RTPurbo)");
-  app.add_option("--head-plan", o->head_plan, "with --fit-indexer: the head plan to fit (default: calibrate first)");
-  app.add_option("--d-idx", o->d_idx, "indexer dimension (default head_dim / 8)")->check(CLI::Range(0, 4096));
-  app.add_option("--steps", o->steps, "Adam steps of the indexer fit")->check(CLI::Range(0, 100000));
-  app.add_option("--queries", o->queries, "query positions per sequence for the fit (every 4th held out)")
+  app.add_option("--ctx", o->ctx, "tokens per calibration sequence")
+      ->check(CLI::Range(256, 1 << 20));
+  app.add_option("--chunk", o->chunk, "prefill chunk size in tokens")
+      ->check(CLI::Range(16, 1 << 16));
+  app.add_flag("--fit-indexer", o->fit_indexer,
+               "fit the retrieval heads' low-dim indexer (stage 1 of RTPurbo)");
+  app.add_option("--head-plan", o->head_plan,
+                 "with --fit-indexer: the head plan to fit (default: calibrate first)");
+  app.add_option("--d-idx", o->d_idx, "indexer dimension (default head_dim / 8)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--steps", o->steps, "Adam steps of the indexer fit")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--queries", o->queries,
+                 "query positions per sequence for the fit (every 4th held out)")
       ->check(CLI::Range(4, 1 << 20));
   app.add_option("--lr", o->lr, "Adam step size of the indexer fit")->check(CLI::Range(1e-6, 10.0));
   app.add_option("--budget-p", o->budget_p,
-                 "with --fit-indexer: report the top-p budget at this p on the held-out queries, over the indexer and "
+                 "with --fit-indexer: report the top-p budget at this p on the held-out queries, "
+                 "over the indexer and "
                  "over the full attention (default: the rtpurbo preset's top_p; 0: no report)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--budget-window", o->budget_window,
-                 "with --fit-indexer: the recent keys left out of the budget's candidates (default ctx / 8)")
+                 "with --fit-indexer: the recent keys left out of the budget's candidates (default "
+                 "ctx / 8)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--sketch-basis", o->sketch_basis,
-               "fit a PCA sketch basis (top --sketch-dim eigenvectors of the post-RoPE keys per layer and KV head) "
+               "fit a PCA sketch basis (top --sketch-dim eigenvectors of the post-RoPE keys per "
+               "layer and KV head) "
                "for the sketch preset's sketch_basis knob, instead of a head plan");
-  app.add_option("--sketch-dim", o->sketch_dim, "with --sketch-basis: d_s (default head_dim / 8)")->check(CLI::Range(0, 4096));
+  app.add_option("--sketch-dim", o->sketch_dim, "with --sketch-basis: d_s (default head_dim / 8)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--dump-rows", o->dump_rows,
-                 "write the first sample's last late-needle attention rows (full layers) to this file (test fixtures)");
+                 "write the first sample's last late-needle attention rows (full layers) to this "
+                 "file (test fixtures)");
   return [o]() { return calibrate(*o); };
 }
 
-SIEVE_COMMAND("calibrate",
-              "RTPurbo head calibration: retrieval heads by the needle method (--out heads.json), and "
-              "--fit-indexer: low-dim projections of their pre-RoPE q/k fitted to full attention",
-              setup);
+SIEVE_COMMAND(
+    "calibrate",
+    "RTPurbo head calibration: retrieval heads by the needle method (--out heads.json), and "
+    "--fit-indexer: low-dim projections of their pre-RoPE q/k fitted to full attention",
+    setup);
 
 }  // namespace
 }  // namespace sieve::cli

@@ -220,7 +220,8 @@ int run(EvalOptions& o) {
   for (const std::string& s : o.lengths) spec.lengths.push_back(parse_length(s));
   std::vector<std::string> items = o.policies;
   if (!o.head_plan.empty()) {
-    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policy"); !s) throw UserError(s.message());
+    if (Status s = eval::attach_head_plan(items, o.head_plan, "--policy"); !s)
+      throw UserError(s.message());
   }
   auto policies = eval::make_policy_list(items, o.sets);
   if (!policies) throw UserError(policies.message());
@@ -233,7 +234,9 @@ int run(EvalOptions& o) {
   if (Status s = eval::validate_spec(spec); !s) throw UserError(s.message());
   if (o.report_only && o.prompts_only)
     throw UserError("--report-only and --prompts-only exclude each other");
-  if (o.backend == "cuda" && !o.server.empty()) throw UserError("--backend cuda runs the model here; --server evaluates a server: give one of them");
+  if (o.backend == "cuda" && !o.server.empty())
+    throw UserError(
+        "--backend cuda runs the model here; --server evaluates a server: give one of them");
   if (o.no_sieve_field) {
     if (o.server.empty()) throw UserError("--no-sieve-field only applies with --server");
     for (const PolicyPtr& p : spec.policies) {
@@ -301,8 +304,8 @@ int run(EvalOptions& o) {
     apply_rope_flags(o.rope, **model);
     const Model& mdl = **model;
     if (max_len > mdl.hp.n_ctx_max()) {
-      log_warn("{}: context {} is beyond the {} tokens the model handles (see --rope-scaling yarn)", path, max_len,
-               mdl.hp.n_ctx_max());
+      log_warn("{}: context {} is beyond the {} tokens the model handles (see --rope-scaling yarn)",
+               path, max_len, mdl.hp.n_ctx_max());
     }
     const eval::PromptEncoder enc(*mdl.tokenizer,
                                   o.chat ? eval::PromptFormat::chat : eval::PromptFormat::raw);
@@ -415,7 +418,8 @@ std::function<int()> setup(CLI::App& app) {
       "policy knob key=value for every listed policy except dense (repeatable); knobs:";
   for (const KnobInfo& k : policy_knobs()) set_help += " " + std::string(k.name);
   app.add_option("--set", o->sets, set_help);
-  app.add_option("--head-plan", o->head_plan, "head plan of every rtpurbo policy (sieve calibrate --out)");
+  app.add_option("--head-plan", o->head_plan,
+                 "head plan of every rtpurbo policy (sieve calibrate --out)");
   app.add_option("-n,--samples", o->n, "samples per task and length")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();

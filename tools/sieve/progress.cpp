@@ -12,7 +12,9 @@ Progress::Progress(std::string label, int64_t total, bool quiet)
   draw(true);
 }
 
-Progress::~Progress() { done(); }
+Progress::~Progress() {
+  done();
+}
 
 void Progress::add(int64_t n) {
   done_ += n;

@@ -26,7 +26,8 @@ void add_model_flags(CLI::App& app, ModelOptions& o) {
   app.add_option("-m,--model", o.model, "GGUF file or known model name (default: smollm2)");
   app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (default: the model's)")
       ->check(CLI::Range(0, 1 << 24));
-  app.add_option("-t,--threads", o.threads, "CPU threads (default: all)")->check(CLI::Range(0, 1024));
+  app.add_option("-t,--threads", o.threads, "CPU threads (default: all)")
+      ->check(CLI::Range(0, 1024));
   add_rope_flags(app, o);
 }
 
@@ -98,8 +99,9 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p) {
   std::string names;
   for (std::string_view n : policy_presets()) names += (names.empty() ? "" : ", ") + std::string(n);
   app.add_option("--policy", p.name,
-                 "attention policy NAME or NAME:key=value:... (as sieve eval): " + names + " (auto: " +
-                     std::string(auto_sparse_preset()) + " at decode, dense prefill, from " + std::to_string(auto_min_prompt()) +
+                 "attention policy NAME or NAME:key=value:... (as sieve eval): " + names +
+                     " (auto: " + std::string(auto_sparse_preset()) +
+                     " at decode, dense prefill, from " + std::to_string(auto_min_prompt()) +
                      " prompt tokens, dense below)");
   app.add_option("--policy-file", p.file, "policy file: JSON object or key = value lines");
   app.add_option("--set", p.sets, "policy knob key=value (repeatable; see docs/sparse.md)");
@@ -109,7 +111,8 @@ void add_policy_flags(CLI::App& app, PolicyFlags& p) {
 
 LoadedModel load_for_run(const ModelOptions& o) {
   LoadedModel lm;
-  lm.path = resolve_model(o.model, /*pull_if_missing=*/o.model.empty() || find_known_model(o.model));
+  lm.path =
+      resolve_model(o.model, /*pull_if_missing=*/o.model.empty() || find_known_model(o.model));
   auto m = load_model(lm.path);
   if (!m) throw UserError(m.message());
   lm.model = std::move(m.value());
@@ -128,7 +131,8 @@ LoadedModel load_for_run(const ModelOptions& o) {
 
 PolicyPtr policy_from_flags(const PolicyFlags& p) {
   PolicySources src;
-  src.item = p.name;  // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set
+  src.item =
+      p.name;  // NAME:key=value:... as sieve eval takes it; the inline knobs apply after --set
   src.file = p.file;
   src.head_plan = p.head_plan;
   src.sets = p.sets;

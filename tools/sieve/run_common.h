@@ -14,9 +14,9 @@
 namespace sieve::cli {
 
 struct ModelOptions {
-  std::string model;   // -m: path or known name ("" = default)
-  int32_t n_ctx = 0;   // -c: 0 = the model's trained context (stretched by RoPE scaling)
-  int32_t threads = 0; // -t: 0 = all hardware threads
+  std::string model;    // -m: path or known name ("" = default)
+  int32_t n_ctx = 0;    // -c: 0 = the model's trained context (stretched by RoPE scaling)
+  int32_t threads = 0;  // -t: 0 = all hardware threads
   // RoPE scaling as llama.cpp's flags; unset values keep the GGUF's (rope.scaling.*).
   std::string rope_scaling;   // --rope-scaling none|linear|yarn
   float rope_scale = 0;       // --rope-scale N: context extension factor
@@ -66,7 +66,9 @@ LoadedModel load_for_run(const ModelOptions& o);
 // The policy the flags describe; unknown names, knobs and bad values are a UserError that
 // lists the valid ones.
 PolicyPtr policy_from_flags(const PolicyFlags& p);
-inline void check_policy(const PolicyFlags& p) { (void)policy_from_flags(p); }
+inline void check_policy(const PolicyFlags& p) {
+  (void)policy_from_flags(p);
+}
 // Document + question -> prompt text (chat template when chat).
 std::string build_prompt_text(const Model& m, const std::string& document,
                               const std::string& question, bool chat);

@@ -9,13 +9,12 @@
 #include "backend/cpu/simd_avx2.h"
 #include "core/cpu_features.h"
 
-
 namespace sieve {
 namespace {
 
-constexpr int kTile = 32;        // keys converted to f32 at once, shared by a block of rows
+constexpr int kTile = 32;  // keys converted to f32 at once, shared by a block of rows
 static_assert(kAttnSegment % kTile == 0, "segment boundaries fall between tiles");
-constexpr int kBlockRows = 16;   // query rows (tokens x heads of the group) per block
+constexpr int kBlockRows = 16;  // query rows (tokens x heads of the group) per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // s[t] = scale * dot(q, k[t]) for t < n.
@@ -90,15 +89,17 @@ SIEVE_AVX2 void tile_scores_avx2(const float* q, const float* k, int n, int d, f
   }
 }
 
-SIEVE_AVX2 void strided_scores_avx2(const float* q, const float* k, int64_t stride, int n, int d, float scale,
-                                    float* s) {
+SIEVE_AVX2 void strided_scores_avx2(const float* q, const float* k, int64_t stride, int n, int d,
+                                    float scale, float* s) {
   const __m256 vs = _mm256_set1_ps(scale);
   int t = 0;
-  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * stride, d, stride), vs));
+  for (; t + 8 <= n; t += 8)
+    _mm256_storeu_ps(s + t, _mm256_mul_ps(dot8(q, k + t * stride, d, stride), vs));
   if (t < n) {  // the rows past n are not there to read: pad a copy
     thread_local std::vector<float> pad;
     pad.assign(static_cast<size_t>(8) * d, 0.0f);
-    for (int i = 0; t + i < n; ++i) std::copy(k + (t + i) * stride, k + (t + i) * stride + d, pad.begin() + i * d);
+    for (int i = 0; t + i < n; ++i)
+      std::copy(k + (t + i) * stride, k + (t + i) * stride + d, pad.begin() + i * d);
     alignas(32) float tail[8];
     _mm256_store_ps(tail, _mm256_mul_ps(dot8(q, pad.data(), d, d), vs));
     for (int i = 0; t + i < n; ++i) s[t + i] = tail[i];
@@ -149,7 +150,8 @@ SIEVE_AVX2 void tile_accum_avx2(const float* p, const float* v, int n, int d, fl
     const __m256 va = _mm256_set1_ps(alpha);
     for (int i = 0; i < d; i += 8) {
       __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
-      for (int t = 0; t < n; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * d + i), acc);
+      for (int t = 0; t < n; ++t)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * d + i), acc);
       _mm256_storeu_ps(o + i, acc);
     }
     return;
@@ -192,7 +194,10 @@ int32_t lower_bound_pos(const KvHeadView& kv, const KeySet& ks, int32_t p) {
     const int32_t mid = lo + (hi - lo) / 2;
     const int32_t j = ks.idx ? ks.idx[mid] : ks.begin + mid;
     const int32_t pos = ks.rot ? ks.pos_base + mid : kv.position(j);
-    if (pos < p) lo = mid + 1; else hi = mid;
+    if (pos < p)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -221,7 +226,9 @@ struct TileGather {
     avx2 = false;
 #endif
   }
-  int32_t key(int32_t c) const { return keys.idx ? keys.idx[c] : keys.begin + c; }
+  int32_t key(int32_t c) const {
+    return keys.idx ? keys.idx[c] : keys.begin + c;
+  }
   // Page and offset of the c-th key of the set.
   void locate(int32_t c, int32_t& page, int32_t& off) const {
     const int32_t j = key(c);
@@ -251,7 +258,8 @@ struct TileGather {
   // With `near` given (selection scores): when every key's offset lies within
   // RopeRotator::kNear of the first's, *near gets the first's offset and each key turns only
   // by its distance from it (RopeRotator::rotate_near); the caller turns the query by -*near.
-  void rotate_tile(int n, const int64_t* offs, float* kt, int64_t* uniform, int64_t* near = nullptr) const {
+  void rotate_tile(int n, const int64_t* offs, float* kt, int64_t* uniform,
+                   int64_t* near = nullptr) const {
     if (uniform) *uniform = 0;
     if (near) *near = 0;
     if (!keys.rot) return;
@@ -281,8 +289,8 @@ struct TileGather {
     offs[t] = 0;
     if (kpos) kpos[t] = keys.rot ? keys.pos_base + c : kv.position(key(c));
   }
-  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* uniform = nullptr,
-                  int64_t* near = nullptr) const {
+  void operator()(int32_t c0, int n, float* kt, float* vt, int32_t* kpos,
+                  int64_t* uniform = nullptr, int64_t* near = nullptr) const {
     int64_t offs[kTile];
 #if defined(__x86_64__)
     if (avx2) {
@@ -308,7 +316,8 @@ struct TileGather {
     rotate_tile(n, offs, kt, uniform, near);
   }
 #if defined(__x86_64__)
-  SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos, int64_t* offs) const {
+  SIEVE_AVX2 void gather_avx2(int32_t c0, int n, float* kt, float* vt, int32_t* kpos,
+                              int64_t* offs) const {
     const int32_t c_end = std::min(n_keys, c0 + n + kTile);
     int t = 0;
     const int32_t n_read = keys.fill ? 0 : keys.n_kept;
@@ -326,7 +335,8 @@ struct TileGather {
         const int64_t prow = kv.head_off + po * kv.row_stride;
         for (int i = 0; i < d; i += 32) {
           _mm_prefetch(reinterpret_cast<const char*>(kv.k_pages[pp] + prow + i), _MM_HINT_T0);
-          if (vt) _mm_prefetch(reinterpret_cast<const char*>(kv.v_pages[pp] + prow + i), _MM_HINT_T0);
+          if (vt)
+            _mm_prefetch(reinterpret_cast<const char*>(kv.v_pages[pp] + prow + i), _MM_HINT_T0);
         }
       }
       int32_t page, off;
@@ -340,7 +350,8 @@ struct TileGather {
   // One f16 row of d values (d % 8 == 0) to f32.
   SIEVE_AVX2 void row_avx2(const uint16_t* src, float* dst) const {
     for (int i = 0; i < d; i += 8) {
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+      _mm256_storeu_ps(dst + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     }
   }
 #endif
@@ -406,55 +417,57 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
     const int32_t start = first - first % kTile;
     // Sinks (window with n_sink): the keys before position n_sink are read first, then the
     // window's tiles from after them, so no key is visited twice.
-    const int32_t sink_end =
-        q.window > 0 && q.n_sink > 0 && start > 0 ? std::min(lower_bound_pos(kv, keys, q.n_sink), last) : 0;
+    const int32_t sink_end = q.window > 0 && q.n_sink > 0 && start > 0
+                                 ? std::min(lower_bound_pos(kv, keys, q.n_sink), last)
+                                 : 0;
     auto tiles = [&](int32_t from, int32_t to) {
-     for (int32_t c0 = from; c0 < to; c0 += kTile) {
-      if (c0 > from && c0 % kAttnSegment == 0) flush();
-      const int n = std::min<int32_t>(kTile, to - c0);
-      int64_t shift = 0;
-      // Filling kept rows: every key of the tile is rotated (no turned query), then written.
-      const int n_fill = keys.fill ? std::clamp(keys.n_kept - c0, 0, n) : 0;
-      gather(c0, n, kt.data(), vt.data(), kpos, keys.rot && n_fill == 0 ? &shift : nullptr);
-      if (n_fill > 0) {
-        f32_to_f16_row(kt.data(), keys.kept_k + int64_t{c0} * d, int64_t{n_fill} * d);
-        f32_to_f16_row(vt.data(), keys.kept_v + int64_t{c0} * d, int64_t{n_fill} * d);
-      }
-      if (shift != 0 && shift != qt_shift) {
-        for (int64_t r = r0; r < r1; ++r) {
-          std::copy(q.q + r * d, q.q + (r + 1) * d, qt.data() + r * d);
-          keys.rot->rotate(qt.data() + r * d, 1, -shift);
+      for (int32_t c0 = from; c0 < to; c0 += kTile) {
+        if (c0 > from && c0 % kAttnSegment == 0) flush();
+        const int n = std::min<int32_t>(kTile, to - c0);
+        int64_t shift = 0;
+        // Filling kept rows: every key of the tile is rotated (no turned query), then written.
+        const int n_fill = keys.fill ? std::clamp(keys.n_kept - c0, 0, n) : 0;
+        gather(c0, n, kt.data(), vt.data(), kpos, keys.rot && n_fill == 0 ? &shift : nullptr);
+        if (n_fill > 0) {
+          f32_to_f16_row(kt.data(), keys.kept_k + int64_t{c0} * d, int64_t{n_fill} * d);
+          f32_to_f16_row(vt.data(), keys.kept_v + int64_t{c0} * d, int64_t{n_fill} * d);
         }
-        qt_shift = shift;
-      }
-      const float* qsrc = shift != 0 ? qt.data() : q.q;
-      for (int32_t tq = t0; tq < t1; ++tq) {
-        const int32_t qp = q.q_pos[tq];
-        // Positions ascend along the tile: its first and last key bound every key's visibility.
-        const bool all_visible = kpos[n - 1] <= qp && (q.window <= 0 || qp - kpos[0] < q.window);
-        for (int g = 0; g < G; ++g) {
-          const int64_t r = static_cast<int64_t>(tq) * G + g;
-          K.scores(qsrc + r * d, kt.data(), n, d, q.scale, s.data());
-          float mt = kNegInf;
-          if (all_visible) {
-            mt = K.max(s.data(), n);
-          } else {
-            for (int t = 0; t < n; ++t) {
-              const bool vis = kpos[t] <= qp && (q.window <= 0 || qp - kpos[t] < q.window || kpos[t] < q.n_sink);
-              if (!vis) s[t] = kNegInf;
-              mt = std::max(mt, s[t]);
-            }
+        if (shift != 0 && shift != qt_shift) {
+          for (int64_t r = r0; r < r1; ++r) {
+            std::copy(q.q + r * d, q.q + (r + 1) * d, qt.data() + r * d);
+            keys.rot->rotate(qt.data() + r * d, 1, -shift);
           }
-          if (mt == kNegInf) continue;
-          const float m_new = std::max(sm[r], mt);
-          const float alpha = sm[r] == kNegInf ? 0.0f : std::exp(sm[r] - m_new);
-          const float sum = K.exp(s.data(), n, m_new);
-          sl[r] = sl[r] * alpha + sum;
-          K.accum(s.data(), vt.data(), n, d, alpha, so.data() + r * d);
-          sm[r] = m_new;
+          qt_shift = shift;
+        }
+        const float* qsrc = shift != 0 ? qt.data() : q.q;
+        for (int32_t tq = t0; tq < t1; ++tq) {
+          const int32_t qp = q.q_pos[tq];
+          // Positions ascend along the tile: its first and last key bound every key's visibility.
+          const bool all_visible = kpos[n - 1] <= qp && (q.window <= 0 || qp - kpos[0] < q.window);
+          for (int g = 0; g < G; ++g) {
+            const int64_t r = static_cast<int64_t>(tq) * G + g;
+            K.scores(qsrc + r * d, kt.data(), n, d, q.scale, s.data());
+            float mt = kNegInf;
+            if (all_visible) {
+              mt = K.max(s.data(), n);
+            } else {
+              for (int t = 0; t < n; ++t) {
+                const bool vis = kpos[t] <= qp &&
+                                 (q.window <= 0 || qp - kpos[t] < q.window || kpos[t] < q.n_sink);
+                if (!vis) s[t] = kNegInf;
+                mt = std::max(mt, s[t]);
+              }
+            }
+            if (mt == kNegInf) continue;
+            const float m_new = std::max(sm[r], mt);
+            const float alpha = sm[r] == kNegInf ? 0.0f : std::exp(sm[r] - m_new);
+            const float sum = K.exp(s.data(), n, m_new);
+            sl[r] = sl[r] * alpha + sum;
+            K.accum(s.data(), vt.data(), n, d, alpha, so.data() + r * d);
+            sm[r] = m_new;
+          }
         }
       }
-     }
     };
     if (sink_end > 0) {
       tiles(0, sink_end);
@@ -467,7 +480,8 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
   if (!m_out) normalize_attn(o, l, n_rows, d);
 }
 
-void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, std::vector<KeySet>& out) {
+void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys,
+                     std::vector<KeySet>& out) {
   out.clear();
   const KeySet all{nullptr, 0, 0, n_keys};
   const int32_t first = q.window > 0 ? lower_bound_pos(kv, all, q.q_pos[0] - q.window + 1) : 0;
@@ -476,7 +490,8 @@ void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, s
   const int32_t start = first - first % kTile;
   int32_t b = std::min(last, (start / kAttnSegment + 1) * kAttnSegment);
   out.push_back(KeySet{nullptr, 0, 0, b});
-  for (; b < last; b += kAttnSegment) out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
+  for (; b < last; b += kAttnSegment)
+    out.push_back(KeySet{nullptr, 0, b, std::min(last, b + kAttnSegment)});
 }
 
 void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
@@ -502,11 +517,13 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
       qt_shift = shift;
     }
     const float* qs = shift != 0 ? qt.data() : q;
-    for (int g = 0; g < n_group; ++g) K.scores(qs + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
+    for (int g = 0; g < n_group; ++g)
+      K.scores(qs + int64_t{g} * d, kt.data(), n, d, scale, s + g * ld + c0);
   }
 }
 
-void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale, float* s) {
+void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale,
+                    float* s) {
 #if defined(__x86_64__)
   if (use_avx2() && d % 8 == 0) return strided_scores_avx2(q, k, stride, n, d, scale, s);
 #endif

@@ -23,9 +23,15 @@ struct KvHeadView {
   int32_t n_tokens = 0;
   int64_t head_off = 0;  // elements from a row's start to this head's values
 
-  const uint16_t* k_row(int32_t j) const { return k_pages[j / page_size] + head_off + (j % page_size) * row_stride; }
-  const uint16_t* v_row(int32_t j) const { return v_pages[j / page_size] + head_off + (j % page_size) * row_stride; }
-  int32_t position(int32_t j) const { return pos_pages ? pos_pages[j / page_size][j % page_size] : j; }
+  const uint16_t* k_row(int32_t j) const {
+    return k_pages[j / page_size] + head_off + (j % page_size) * row_stride;
+  }
+  const uint16_t* v_row(int32_t j) const {
+    return v_pages[j / page_size] + head_off + (j % page_size) * row_stride;
+  }
+  int32_t position(int32_t j) const {
+    return pos_pages ? pos_pages[j / page_size][j % page_size] : j;
+  }
 };
 
 // Keys are reduced in segments of this many (positions in the key set, from its start);
@@ -36,11 +42,11 @@ struct AttnQuery {
   const float* q = nullptr;        // [n_q, n_group, head_dim] the query rows of one KV group
   const int32_t* q_pos = nullptr;  // [n_q] positions, ascending
   int32_t n_q = 0;
-  int32_t n_group = 1;             // query heads sharing this KV head
+  int32_t n_group = 1;  // query heads sharing this KV head
   int32_t head_dim = 0;
   float scale = 1.0f;
-  int32_t window = 0;              // > 0: key visible iff 0 <= q_pos - k_pos < window
-  int32_t n_sink = 0;              // with window > 0: keys at positions < n_sink stay visible
+  int32_t window = 0;  // > 0: key visible iff 0 <= q_pos - k_pos < window
+  int32_t n_sink = 0;  // with window > 0: keys at positions < n_sink stay visible
 };
 
 class RopeRotator;
@@ -89,7 +95,8 @@ void attend(const AttnQuery& q, const KvHeadView& kv, const KeySet& keys, float*
 // window's start, each further set one segment, up to the last visible key. Their partial
 // states merged in order equal attend() over KeySet{nullptr, 0, 0, n_keys} bit for bit (the
 // same tiles, reduced in the same segments); keys before the window are not visited.
-void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys, std::vector<KeySet>& out);
+void window_segments(const AttnQuery& q, const KvHeadView& kv, int32_t n_keys,
+                     std::vector<KeySet>& out);
 
 // Folds partial state (o_b, m_b, l_b) into (o_a, m_a, l_a) for n_rows rows of head_dim.
 void merge_attn(float* o_a, float* m_a, float* l_a, const float* o_b, const float* m_b,
@@ -106,7 +113,8 @@ void key_scores(const float* q, int32_t n_group, int32_t head_dim, float scale,
 // the CPU allows; a score is formed the same way wherever its key falls in the range (a last
 // partial block of 8 runs through a padded copy), so it never depends on how a caller cut
 // its keys into ranges.
-void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale, float* s);
+void strided_scores(const float* q, const float* k, int64_t stride, int n, int d, float scale,
+                    float* s);
 // s[i] = exp(s[i] - m) for i < n; returns the sum (vectorised where the CPU allows).
 double exp_shift_sum(float* s, int64_t n, float m);
 

@@ -34,7 +34,8 @@ void BM_attend(benchmark::State& state) {
     benchmark::DoNotOptimize(o.data());
     benchmark::ClobberMemory();
   }
-  state.counters["keys/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["keys/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Decode over TokenSelect's key set: 128 sinks, n_pick random picks (sorted) and a 512-token
@@ -78,7 +79,7 @@ void BM_attend_sparse(benchmark::State& state) {
     ks.kept_v = kv_rows.data();
     ks.fill = true;
     ks.n_kept = n_kept;
-    attend(aq, kv, ks, o.data());  // the selecting step's attention fills the copy
+    attend(aq, kv, ks, o.data());              // the selecting step's attention fills the copy
     if (state.range(3) == 1) ks.fill = false;  // 2: time the filling step
   }
   for (auto _ : state) {
@@ -111,7 +112,8 @@ void BM_key_scores(benchmark::State& state) {
     benchmark::DoNotOptimize(s.data());
     benchmark::ClobberMemory();
   }
-  state.counters["keys/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["keys/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 BENCHMARK(BM_key_scores)->Args({32768, 0})->Args({32768, 1})->Unit(benchmark::kMicrosecond);

@@ -13,7 +13,6 @@
 namespace sieve {
 namespace {
 
-
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
@@ -56,18 +55,14 @@ TEST_P(AttendTest, MatchesDoubleReference) {
   EXPECT_LT(max_abs_diff(oa, ref), 2e-5f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, AttendTest,
-                         ::testing::Values(std::make_tuple(64, 3, 97, 1, 0),
-                                           std::make_tuple(64, 3, 97, 17, 0),
-                                           std::make_tuple(64, 3, 300, 41, 0),
-                                           std::make_tuple(256, 4, 130, 9, 0),
-                                           std::make_tuple(256, 4, 700, 33, 64),
-                                           std::make_tuple(64, 1, 45, 45, 10),
-                                           // long key sets: decode and a short chunk at 9K keys
-                                           std::make_tuple(64, 3, 9001, 1, 0),
-                                           std::make_tuple(64, 3, 9001, 5, 0),
-                                           std::make_tuple(128, 2, 5003, 2, 0),
-                                           std::make_tuple(24, 2, 50, 5, 0)));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttendTest,
+    ::testing::Values(std::make_tuple(64, 3, 97, 1, 0), std::make_tuple(64, 3, 97, 17, 0),
+                      std::make_tuple(64, 3, 300, 41, 0), std::make_tuple(256, 4, 130, 9, 0),
+                      std::make_tuple(256, 4, 700, 33, 64), std::make_tuple(64, 1, 45, 45, 10),
+                      // long key sets: decode and a short chunk at 9K keys
+                      std::make_tuple(64, 3, 9001, 1, 0), std::make_tuple(64, 3, 9001, 5, 0),
+                      std::make_tuple(128, 2, 5003, 2, 0), std::make_tuple(24, 2, 50, 5, 0)));
 
 TEST(Attend, SparseIndexListEqualsReference) {
   std::mt19937 rng(5);
@@ -124,7 +119,8 @@ TEST(Rope, RotateNearEqualsRotate) {
     for (const int n_rot : {64, 32}) {
       const int d = 64;
       RopeRotator rot(d, n_rot, 10000.0f, mode);
-      const std::vector<int64_t> delta = {0, 1, -1, 31, -31, 517, -900, RopeRotator::kNear - 1, 1 - RopeRotator::kNear};
+      const std::vector<int64_t> delta = {
+          0, 1, -1, 31, -31, 517, -900, RopeRotator::kNear - 1, 1 - RopeRotator::kNear};
       const int n = static_cast<int>(delta.size());
       std::vector<float> x(static_cast<size_t>(n) * d);
       for (auto& v : x) v = nd(rng);
@@ -167,14 +163,17 @@ TEST(Attend, PrefillRowEqualsSplitSegmentsBitwise) {
   for (int t = 0; t < 5; ++t) qpos[t] = kv.pos[n - 5 + t];
   for (int32_t window : {0, 700}) {
     std::vector<float> block(q.size());
-    attend(AttnQuery{q.data(), qpos.data(), 5, G, d, 0.125f, window}, kv.view(), KeySet{nullptr, 0, 0, n}, block.data());
+    attend(AttnQuery{q.data(), qpos.data(), 5, G, d, 0.125f, window}, kv.view(),
+           KeySet{nullptr, 0, 0, n}, block.data());
     const float* last_q = q.data() + 4 * G * d;
     std::vector<float> alone(G * d);
-    attend(AttnQuery{last_q, &qpos[4], 1, G, d, 0.125f, window}, kv.view(), KeySet{nullptr, 0, 0, n}, alone.data());
+    attend(AttnQuery{last_q, &qpos[4], 1, G, d, 0.125f, window}, kv.view(),
+           KeySet{nullptr, 0, 0, n}, alone.data());
     std::vector<float> acc_o(G * d), acc_m(G), acc_l(G), po(G * d), pm(G), pl(G);
     for (int32_t k0 = 0; k0 < n; k0 += kAttnSegment) {
       AttnQuery aq{last_q, &qpos[4], 1, G, d, 0.125f, window};
-      attend(aq, kv.view(), KeySet{nullptr, 0, k0, std::min(n, k0 + kAttnSegment)}, po.data(), pm.data(), pl.data());
+      attend(aq, kv.view(), KeySet{nullptr, 0, k0, std::min(n, k0 + kAttnSegment)}, po.data(),
+             pm.data(), pl.data());
       if (k0 == 0) {
         acc_o = po, acc_m = pm, acc_l = pl;
       } else {
@@ -199,7 +198,8 @@ TEST(Attend, WindowSegmentsMergeToTheWholeRowBitwise) {
   std::vector<float> q(G * d);
   for (auto& x : q) x = nd(rng);
   const int32_t qpos = kv.pos[n - 1];
-  for (const auto& [window, sinks] : {std::pair{1200, 4}, {513, 4}, {100, 0}, {1024, 700}, {5000, 4}, {0, 0}}) {
+  for (const auto& [window, sinks] :
+       {std::pair{1200, 4}, {513, 4}, {100, 0}, {1024, 700}, {5000, 4}, {0, 0}}) {
     const AttnQuery aq{q.data(), &qpos, 1, G, d, 0.125f, window, sinks};
     std::vector<float> whole(G * d);
     attend(aq, kv.view(), KeySet{nullptr, 0, 0, n}, whole.data());
@@ -220,7 +220,8 @@ TEST(Attend, WindowSegmentsMergeToTheWholeRowBitwise) {
       }
     }
     normalize_attn(acc_o.data(), acc_l.data(), G, d);
-    for (int i = 0; i < G * d; ++i) ASSERT_EQ(acc_o[i], whole[i]) << "window " << window << " sinks " << sinks << " i " << i;
+    for (int i = 0; i < G * d; ++i)
+      ASSERT_EQ(acc_o[i], whole[i]) << "window " << window << " sinks " << sinks << " i " << i;
   }
 }
 
@@ -263,14 +264,14 @@ TEST(Attention, SinksBesideAWindowIgnoreAStrongKeyOutsideBoth) {
   EXPECT_GT(max_abs_diff(o, no_sink), 1e-4f);
 }
 
-
 // The engine's split-K decode over an index list: one part per kAttnSegment keys (pos_base =
 // its first index), merged in order, then normalised.
 // With kept_k / kept_v: the list's first n_kept keys come from those rows (keep_rows), or with
 // fill are written there.
-std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv, const std::vector<int32_t>& idx,
-                                      const RopeRotator* rot, uint16_t* kept_k = nullptr,
-                                      uint16_t* kept_v = nullptr, int32_t n_kept = 0, bool fill = false) {
+std::vector<float> attend_in_segments(const AttnQuery& aq, const KvHeadView& kv,
+                                      const std::vector<int32_t>& idx, const RopeRotator* rot,
+                                      uint16_t* kept_k = nullptr, uint16_t* kept_v = nullptr,
+                                      int32_t n_kept = 0, bool fill = false) {
   const int d = aq.head_dim;
   const int n_sel = static_cast<int>(idx.size());
   const int64_t rows = int64_t{aq.n_q} * aq.n_group;
@@ -306,7 +307,7 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
   rot.reserve(n + 1);
   std::vector<int32_t> idx;
   for (int j = 0; j < n - n_q; j += 1 + j % 3) idx.push_back(j);  // a scattered selection
-  for (int j = n - n_q; j < n; ++j) idx.push_back(j);  // the queries' own tokens, last
+  for (int j = n - n_q; j < n; ++j) idx.push_back(j);             // the queries' own tokens, last
   const int n_sel = static_cast<int>(idx.size());
   // The copy: every selected K re-rotated to its compact position (f32, then f16 as stored).
   std::mt19937 rng2(12);
@@ -316,7 +317,8 @@ TEST(Attend, CompactPositionsEqualAReRotatedCopy) {
     f16_to_f32_row(h.view().k_row(idx[i]), row.data(), d);
     rot.rotate(row.data(), 1, i - idx[i]);
     for (int x = 0; x < d; ++x) c.kp[i / 16][(i % 16) * d + x] = f32_to_fp16(row[x]);
-    std::copy(h.view().v_row(idx[i]), h.view().v_row(idx[i]) + d, c.vp[i / 16].data() + (i % 16) * d);
+    std::copy(h.view().v_row(idx[i]), h.view().v_row(idx[i]) + d,
+              c.vp[i / 16].data() + (i % 16) * d);
   }
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> q(static_cast<size_t>(n_q) * G * d);
@@ -372,7 +374,8 @@ TEST(Attend, KeptRowsEqualTheGather) {
     std::vector<float> filled(q.size());
     attend(aq, h.view(), fill, filled.data());
     std::vector<uint16_t> kk2(kk.size()), kv2(kv.size());
-    const std::vector<float> filled_split = attend_in_segments(aq, h.view(), idx, r, kk2.data(), kv2.data(), n_sel, true);
+    const std::vector<float> filled_split =
+        attend_in_segments(aq, h.view(), idx, r, kk2.data(), kv2.data(), n_sel, true);
     EXPECT_EQ(kk2, kk);
     EXPECT_EQ(kv2, kv);
     if (r) {
@@ -385,8 +388,10 @@ TEST(Attend, KeptRowsEqualTheGather) {
     if (r) {  // the whole list re-rotated and rounded, as pages of a store
       PagedHead c(d, 16, n_sel, rng, 1, 0);
       for (int i = 0; i < n_sel; ++i) {
-        std::copy(kk.begin() + int64_t{i} * d, kk.begin() + int64_t{i + 1} * d, c.kp[i / 16].begin() + (i % 16) * d);
-        std::copy(kv.begin() + int64_t{i} * d, kv.begin() + int64_t{i + 1} * d, c.vp[i / 16].begin() + (i % 16) * d);
+        std::copy(kk.begin() + int64_t{i} * d, kk.begin() + int64_t{i + 1} * d,
+                  c.kp[i / 16].begin() + (i % 16) * d);
+        std::copy(kv.begin() + int64_t{i} * d, kv.begin() + int64_t{i + 1} * d,
+                  c.vp[i / 16].begin() + (i % 16) * d);
       }
       attend(aq, c.view(), KeySet{nullptr, 0, 0, n_sel}, copy.data());
     }
@@ -397,7 +402,8 @@ TEST(Attend, KeptRowsEqualTheGather) {
       ks.n_kept = n_kept;
       std::vector<float> got(q.size());
       attend(aq, h.view(), ks, got.data());
-      const std::vector<float> split = attend_in_segments(aq, h.view(), idx, r, kk.data(), kv.data(), n_kept);
+      const std::vector<float> split =
+          attend_in_segments(aq, h.view(), idx, r, kk.data(), kv.data(), n_kept);
       if (!r) {
         ASSERT_EQ(got, want) << "n_kept " << n_kept;
         ASSERT_EQ(split, want) << "split, n_kept " << n_kept;
@@ -492,7 +498,8 @@ TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
       std::vector<float> q(static_cast<size_t>(G) * d);
       for (auto& x : q) x = nd(rng);
       std::vector<float> s(static_cast<size_t>(G) * n);
-      key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, &rot, 0, true}, s.data(), n);
+      key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, &rot, 0, true}, s.data(),
+                 n);
       std::vector<float> k(d);
       for (int j = 0; j < n; ++j) {
         f16_to_f32_row(h.view().k_row(j), k.data(), d);
@@ -501,7 +508,8 @@ TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
         for (int g = 0; g < G; ++g) {
           double ref = 0;
           for (int x = 0; x < d; ++x) ref += double{q[g * d + x]} * k[x];
-          ASSERT_NEAR(s[int64_t{g} * n + j], 0.5 * ref, 2e-3) << j << " " << g << " stride " << stride;
+          ASSERT_NEAR(s[int64_t{g} * n + j], 0.5 * ref, 2e-3)
+              << j << " " << g << " stride " << stride;
         }
       }
     }
@@ -514,7 +522,8 @@ TEST(KeyScores, FixedPositionZeroEqualsPreRopeDots) {
   for (auto& x : q) x = nd(rng);
   std::vector<float> s(static_cast<size_t>(G) * n), k(d);
   // Without the rotator the stored (rotated) keys are scored as they are.
-  key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, nullptr, 0, true}, s.data(), n);
+  key_scores(q.data(), G, d, 0.5f, h.view(), KeySet{nullptr, 0, 0, n, nullptr, 0, true}, s.data(),
+             n);
   f16_to_f32_row(h.view().k_row(n - 1), k.data(), d);
   double raw = 0;
   for (int x = 0; x < d; ++x) raw += double{q[x]} * k[x];

@@ -239,7 +239,8 @@ SIEVE_AVX2 __m256 gemv_k_rows8(const uint8_t* w, size_t stride, const BlockQ8_K*
     __m256i ts[4], tm[4];
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) k_pair<T>(bp + 2 * j * stride, stride, y[sb], &ts[j], &tm[j]);
-    const __m256i isum = simd::hsum8_i32(simd::hsum4_i32(ts[0], ts[1]), simd::hsum4_i32(ts[2], ts[3]));
+    const __m256i isum =
+        simd::hsum8_i32(simd::hsum4_i32(ts[0], ts[1]), simd::hsum4_i32(ts[2], ts[3]));
     const __m256 dx = _mm256_broadcast_ss(&y[sb].d);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
                           _mm256_mul_ps(gather_f16(bp + offsetof(B, d), stride), dx), acc);

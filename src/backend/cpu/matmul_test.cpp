@@ -252,19 +252,19 @@ TEST_P(MatmulTypeTest, BatchInvariantBitwise) {
         for (int th = 1; th < 3; ++th) {
           cpu::matmul_isa(wv, x.data(), m, y.data(), pools[th], scratch, avx2);
           for (int64_t i = 0; i < m; ++i) {
-            ASSERT_TRUE(same_row(&y[i * n_rows], &ref[i * n_rows], n_rows,
-                                 tag + " threads=" + std::to_string(th + 1) + " row " +
-                                     std::to_string(i)));
+            ASSERT_TRUE(
+                same_row(&y[i * n_rows], &ref[i * n_rows], n_rows,
+                         tag + " threads=" + std::to_string(th + 1) + " row " + std::to_string(i)));
           }
         }
         // Each row alone (decode), row i with 1 + i % 3 threads (for m = 512, every 11th row:
         // pool wake-ups dominate the test's time).
         for (int th = 0; th < 3; ++th) {
-          for (int64_t i = th; i < m; i += m > 64 ? 33 : 3) {
+          for (int64_t i = th; i<m; i += m> 64 ? 33 : 3) {
             cpu::matmul_isa(wv, x.data() + i * n, 1, y.data(), pools[th], scratch, avx2);
-            ASSERT_TRUE(same_row(y.data(), &ref[i * n_rows], n_rows,
-                                 tag + " alone, threads=" + std::to_string(th + 1) + " row " +
-                                     std::to_string(i)));
+            ASSERT_TRUE(same_row(
+                y.data(), &ref[i * n_rows], n_rows,
+                tag + " alone, threads=" + std::to_string(th + 1) + " row " + std::to_string(i)));
           }
         }
         // Random sub-batches of random rows in random order.
@@ -318,7 +318,8 @@ TEST_P(MatmulTypeTest, EqualsScalarVecDotBitwise) {
     for (int64_t i = 0; i < m; ++i) {
       cpu::quant_kernels_scalar(t).quantize(x.data() + i * n, xq.data(), n);
       for (int64_t r = 0; r < n_rows; ++r) {
-        want[i * n_rows + r] = cpu::quant_kernels_scalar(t).vec_dot(w.data() + r * wrow, xq.data(), n);
+        want[i * n_rows + r] =
+            cpu::quant_kernels_scalar(t).vec_dot(w.data() + r * wrow, xq.data(), n);
         if (cpu::has_avx2_kernels()) {
           const float v = cpu::quant_kernels_avx2(t).vec_dot(w.data() + r * wrow, xq.data(), n);
           ASSERT_EQ(f32_to_bits(v), f32_to_bits(want[i * n_rows + r]))

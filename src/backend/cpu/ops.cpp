@@ -26,7 +26,8 @@ SIEVE_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
   float s = hsum256(_mm256_add_ps(s0, s1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -261,14 +262,17 @@ SIEVE_AVX2 void rotate_avx2(float* x, int n_heads, int head_dim, int half, bool 
     } else {
       const __m256 cl = _mm256_unpacklo_ps(c, c), ch = _mm256_unpackhi_ps(c, c);
       const __m256 sl = _mm256_unpacklo_ps(s, s), sh = _mm256_unpackhi_ps(s, s);
-      const __m256 cd[2] = {_mm256_permute2f128_ps(cl, ch, 0x20), _mm256_permute2f128_ps(cl, ch, 0x31)};
-      const __m256 sd[2] = {_mm256_permute2f128_ps(sl, sh, 0x20), _mm256_permute2f128_ps(sl, sh, 0x31)};
+      const __m256 cd[2] = {_mm256_permute2f128_ps(cl, ch, 0x20),
+                            _mm256_permute2f128_ps(cl, ch, 0x31)};
+      const __m256 sd[2] = {_mm256_permute2f128_ps(sl, sh, 0x20),
+                            _mm256_permute2f128_ps(sl, sh, 0x31)};
       for (int h = 0; h < n_heads; ++h) {
         float* w = x + static_cast<int64_t>(h) * head_dim + 2 * i;
         for (int part = 0; part < 2; ++part) {
           const __m256 v = _mm256_loadu_ps(w + 8 * part);
           const __m256 vs = _mm256_permute_ps(v, 0xB1);  // (x1, x0) per pair
-          _mm256_storeu_ps(w + 8 * part, _mm256_fmaddsub_ps(v, cd[part], _mm256_mul_ps(vs, sd[part])));
+          _mm256_storeu_ps(w + 8 * part,
+                           _mm256_fmaddsub_ps(v, cd[part], _mm256_mul_ps(vs, sd[part])));
         }
       }
     }
@@ -303,9 +307,9 @@ void RopeRotator::rotate(float* x, int n_heads, int64_t offset) const {
 namespace {
 // rotate_near's rows: norm mode from the lane tables (x * cos + pair_swap(x) * sin), neox
 // from the lo table (pairs i and i + half).
-SIEVE_AVX2 void rotate_near_avx2(float* x, int n_rows, int64_t stride, const int64_t* delta, int half, bool neox,
-                                 const float* lo_cos, const float* lo_sin, const float* lane_cos,
-                                 const float* lane_sin) {
+SIEVE_AVX2 void rotate_near_avx2(float* x, int n_rows, int64_t stride, const int64_t* delta,
+                                 int half, bool neox, const float* lo_cos, const float* lo_sin,
+                                 const float* lane_cos, const float* lane_sin) {
   for (int t = 0; t < n_rows; ++t) {
     const int64_t dl = delta[t];
     if (dl == 0) continue;
@@ -340,8 +344,8 @@ void RopeRotator::rotate_near(float* x, int n_rows, int64_t stride, const int64_
 #if defined(__x86_64__)
   static const bool avx2 = use_avx2();
   if (avx2 && half_ % 8 == 0) {
-    rotate_near_avx2(x, n_rows, stride, delta, half_, mode_ == RopeMode::neox, lo_cos_.data(), lo_sin_.data(),
-                     lane_cos_.data(), lane_sin_.data());
+    rotate_near_avx2(x, n_rows, stride, delta, half_, mode_ == RopeMode::neox, lo_cos_.data(),
+                     lo_sin_.data(), lane_cos_.data(), lane_sin_.data());
     return;
   }
 #endif
@@ -385,8 +389,9 @@ SIEVE_AVX2_INLINE __m256 silu8(__m256 g, __m256 u) {
 // 0.5 g (1 + tanh(y)) u with y = c g (1 + 0.044715 g^2); 1 + tanh(y) = 2 sigmoid(2y).
 SIEVE_AVX2_INLINE __m256 gelu8(__m256 g, __m256 u) {
   const __m256 g2 = _mm256_mul_ps(g, g);
-  const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluC), g),
-                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g2, _mm256_set1_ps(1.0f)));
+  const __m256 y =
+      _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluC), g),
+                    _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g2, _mm256_set1_ps(1.0f)));
   const __m256 s = sigmoid8(_mm256_add_ps(y, y));
   return _mm256_mul_ps(_mm256_mul_ps(g, s), u);
 }
@@ -394,7 +399,8 @@ SIEVE_AVX2_INLINE __m256 gelu8(__m256 g, __m256 u) {
 template <__m256 (*F)(__m256, __m256)>
 SIEVE_AVX2 void act_mul_avx2(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(gate + i, F(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(gate + i, F(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
   if (i < n) {
     alignas(32) float g[8] = {}, u[8] = {};
     for (int64_t j = 0; i + j < n; ++j) {

@@ -35,7 +35,8 @@ class RopeRotator {
   RopeRotator(int head_dim, int n_rot, float base, RopeMode mode, const RopeScaling& scaling = {});
   // Makes offsets with |offset| <= max_abs available (not thread-safe; call before rotate).
   void reserve(int64_t max_abs);
-  // Rotates n_heads vectors of head_dim by `offset` positions (x at position p moves to p + offset).
+  // Rotates n_heads vectors of head_dim by `offset` positions (x at position p moves to p +
+  // offset).
   void rotate(float* x, int n_heads, int64_t offset) const;
   // Rotates n_rows head vectors (row t at x + t * stride) by delta[t] positions each, with
   // |delta[t]| < kNear: one table row per vector, no angle addition (selection scores over a run

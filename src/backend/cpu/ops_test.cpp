@@ -19,7 +19,8 @@ void check_offset_rotation(int d) {
   for (RopeMode mode : {RopeMode::norm, RopeMode::neox}) {
     RopeRotator rot(d, d, 10000.0f, mode);
     rot.reserve(3'000'000);
-    const int32_t cases[][2] = {{0, 5}, {100, -100}, {7000, 1234}, {1'500'000, -1'499'000}, {3, 2'000'000}};
+    const int32_t cases[][2] = {
+        {0, 5}, {100, -100}, {7000, 1234}, {1'500'000, -1'499'000}, {3, 2'000'000}};
     for (const auto& c : cases) {
       std::vector<float> x(heads * d);
       for (float& v : x) v = nd(rng);
@@ -29,7 +30,8 @@ void check_offset_rotation(int d) {
       rot.rotate(a.data(), heads, c[1]);
       rope(b.data(), &sum, 1, heads, d, d, 10000.0f, mode);
       for (int i = 0; i < heads * d; ++i) {
-        EXPECT_NEAR(a[i], b[i], 2e-4f) << "d " << d << " pos " << pa << " offset " << c[1] << " i " << i;
+        EXPECT_NEAR(a[i], b[i], 2e-4f)
+            << "d " << d << " pos " << pa << " offset " << c[1] << " i " << i;
       }
     }
   }
@@ -41,11 +43,11 @@ TEST(RopeRotator, OffsetRotationEqualsRopeAtTheSum) {
   check_offset_rotation(20);
 }
 
-
 // The activations against a double reference over a wide range (both signs, past exp's
 // range), and an element's value does not depend on the call's length or its position in
 // it (a decode row equals the same row of a prefill chunk).
-void check_activation(void (*fn)(float*, const float*, int64_t), double (*ref)(double), const char* name) {
+void check_activation(void (*fn)(float*, const float*, int64_t), double (*ref)(double),
+                      const char* name) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> ud(-12.0f, 12.0f);
   std::vector<float> g(1539), u(g.size());
@@ -70,8 +72,12 @@ void check_activation(void (*fn)(float*, const float*, int64_t), double (*ref)(d
   }
 }
 
-double silu_ref(double g) { return g / (1.0 + std::exp(-g)); }
-double gelu_ref(double g) { return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g))); }
+double silu_ref(double g) {
+  return g / (1.0 + std::exp(-g));
+}
+double gelu_ref(double g) {
+  return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * g * (1.0 + 0.044715 * g * g)));
+}
 
 TEST(Activations, MatchDoubleReferenceAndDoNotDependOnTheCall) {
   check_activation(silu_mul, silu_ref, "silu");
@@ -112,7 +118,8 @@ TEST(RmsNorm, MatchesDoubleReference) {
       const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
       for (int64_t i = 0; i < n; ++i) {
         const double want = x[r * n + i] * scale * w[i];
-        EXPECT_NEAR(out[r * n + i], want, 1e-5 * std::max(1.0, std::abs(want))) << "n " << n << " row " << r;
+        EXPECT_NEAR(out[r * n + i], want, 1e-5 * std::max(1.0, std::abs(want)))
+            << "n " << n << " row " << r;
       }
     }
   }

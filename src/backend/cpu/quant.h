@@ -16,7 +16,8 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n);
 
 // Which activation format a weight type's dot product consumes (ggml's vec_dot_type):
-// Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F16 -> F16, BF16 -> BF16, F32 -> F32.
+// Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F16 -> F16, BF16 -> BF16, F32 ->
+// F32.
 GgmlType vec_dot_type(GgmlType weight_type);
 
 // Quantize/convert n f32 activations into vec_dot_type(weight_type); returns bytes written.

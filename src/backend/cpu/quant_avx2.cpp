@@ -421,8 +421,7 @@ SIEVE_AVX2 float vd_q5_1(const void* w, const void* x, int64_t n) {
   const auto* b = static_cast<const BlockQ8_1*>(x);
   float acc = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const int s =
-        simd::hsum_i32(simd::dot_u8s8(simd::q5_bytes(a[i].qs, a[i].qh), loadu(b[i].qs)));
+    const int s = simd::hsum_i32(simd::dot_u8s8(simd::q5_bytes(a[i].qs, a[i].qh), loadu(b[i].qs)));
     acc = fma_ss(static_cast<float>(s), h2f(a[i].d) * h2f(b[i].d), acc);
     acc = fma_ss(h2f(a[i].m), h2f(b[i].s), acc);
   }

@@ -65,8 +65,8 @@ SIEVE_AVX2_INLINE void qk45(const std::conditional_t<kQ5, qblock::BlockQ5_K, qbl
     }
     const __m256i p0 = _mm256_maddubs_epi16(lo, simd::loadu(b.qs + 64 * c));
     const __m256i p1 = _mm256_maddubs_epi16(hi, simd::loadu(b.qs + 64 * c + 32));
-    isum0 = _mm256_add_epi32(
-        isum0, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, bcast16_ctrl(2 * c))));
+    isum0 = _mm256_add_epi32(isum0,
+                             _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, bcast16_ctrl(2 * c))));
     isum1 = _mm256_add_epi32(
         isum1, _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, bcast16_ctrl(2 * c + 1))));
   }

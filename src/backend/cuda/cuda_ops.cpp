@@ -272,13 +272,15 @@ Status sketch_query(sketch_query_params p, const launch_cfg& lc) {
 Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc) {
   const char* who = "selection_cache_probe";
   if (!p.q || !p.pos || !p.seq_len || !p.fp || !p.state || !p.sel_idx || !p.sel_count || !p.skip)
-    return make_error("{}: q, pos, seq_len, fp, state, sel_idx, sel_count and skip must be set", who);
+    return make_error("{}: q, pos, seq_len, fp, state, sel_idx, sel_count and skip must be set",
+                      who);
   if (p.n_q_heads <= 0 || p.head_dim <= 0 || p.head_dim > 256)
     return make_error("{}: {} heads of dim {} (dim 1..256)", who, p.n_q_heads, p.head_dim);
   if (p.n_rot < 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0)
     return make_error("{}: n_rot {} with head_dim {}", who, p.n_rot, p.head_dim);
   if (p.n_sink < 0 || p.n_window < 0 || p.max_gap < 0)
-    return make_error("{}: n_sink {}, n_window {}, max_gap {}", who, p.n_sink, p.n_window, p.max_gap);
+    return make_error("{}: n_sink {}, n_window {}, max_gap {}", who, p.n_sink, p.n_window,
+                      p.max_gap);
   return cuda_status(launch_sel_cache(p, lc), who);
 }
 
@@ -304,7 +306,8 @@ int32_t prefill_splits(const prefill_params& p, int32_t max_splits) {
   if (!dev || p.kv.n_kv_heads <= 0 || p.n_q_heads <= 0) return 1;
   const int64_t G = p.n_q_heads / p.kv.n_kv_heads;
   const int64_t rows = prefill_rows_per_cta(p);
-  const int64_t ctas = (p.max_q * G + rows - 1) / rows * p.kv.n_kv_heads * std::max(1, p.kv.pages.batch);
+  const int64_t ctas =
+      (p.max_q * G + rows - 1) / rows * p.kv.n_kv_heads * std::max(1, p.kv.pages.batch);
   const int64_t slots = int64_t{dev->n_sm} * std::max(1, prefill_resident_ctas(p));
   if (ctas <= 0 || ctas >= slots) return 1;
   return static_cast<int32_t>(std::clamp<int64_t>(slots / ctas, 1, max_splits));

@@ -70,10 +70,11 @@ int32_t prefill_splits(const prefill_params& p, int32_t max_splits);
 // *p.skip, which the scorer / vote / fused-selection launches that follow read (their skip).
 Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc);
 
-// The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one thread-block cluster per
-// sequence, kernels/step_cluster.cuh, or one cooperative grid, kernels/sparse_step.cuh; p.sync),
-// the attention chained behind it. ws: step_ws_bytes(batch), zeroed once before first use
-// (only the grid uses it); it serves any batch up to the one it was sized for.
+// The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one
+// thread-block cluster per sequence, kernels/step_cluster.cuh, or one cooperative grid,
+// kernels/sparse_step.cuh; p.sync), the attention chained behind it. ws: step_ws_bytes(batch),
+// zeroed once before first use (only the grid uses it); it serves any batch up to the one it was
+// sized for.
 int64_t step_ws_bytes(int32_t batch);
 // Word offset of sequence b's level histograms (3 x 2176 words, zero at rest) in it.
 int64_t step_ws_hist_word(int32_t b);

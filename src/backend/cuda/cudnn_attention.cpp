@@ -24,7 +24,16 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // UIDs of the graph's tensors (the variant pack is keyed by them).
-enum : int64_t { k_uid_q = 1, k_uid_k, k_uid_v, k_uid_seq_q, k_uid_seq_kv, k_uid_pt_k, k_uid_pt_v, k_uid_o };
+enum : int64_t {
+  k_uid_q = 1,
+  k_uid_k,
+  k_uid_v,
+  k_uid_seq_q,
+  k_uid_seq_kv,
+  k_uid_pt_k,
+  k_uid_pt_v,
+  k_uid_o
+};
 
 // dlopen libcudnn once per process; "" when loaded, else why not.
 const std::string& load_cudnn() {
@@ -73,7 +82,8 @@ Status CudnnPrefill::Impl::build(cudaStream_t stream) {
     handle = nullptr;
     return make_error("cudnn: cannot create a handle (is a CUDA device visible?)");
   }
-  if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS) return make_error("cudnn: cannot set the stream");
+  if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS)
+    return make_error("cudnn: cannot set the stream");
   graph = std::make_shared<fe::graph::Graph>();
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -95,9 +105,11 @@ Status CudnnPrefill::Impl::build(cudaStream_t stream) {
     kv_stride = {N * Hk * D, D, Hk * D, 1};
   }
   auto K = graph->tensor(
-      fe::graph::Tensor_attributes().set_name("K").set_uid(k_uid_k).set_dim(kv_dim).set_stride(kv_stride));
+      fe::graph::Tensor_attributes().set_name("K").set_uid(k_uid_k).set_dim(kv_dim).set_stride(
+          kv_stride));
   auto V = graph->tensor(
-      fe::graph::Tensor_attributes().set_name("V").set_uid(k_uid_v).set_dim(kv_dim).set_stride(kv_stride));
+      fe::graph::Tensor_attributes().set_name("V").set_uid(k_uid_v).set_dim(kv_dim).set_stride(
+          kv_stride));
   auto len = [&](const char* name, int64_t uid) {
     return graph->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
@@ -137,19 +149,21 @@ Status CudnnPrefill::Impl::build(cudaStream_t stream) {
     const cudaError_t e = cudaMalloc(&workspace, ws_bytes);
     if (e != cudaSuccess) {
       workspace = nullptr;
-      return make_error("cudnn: cannot allocate its {} MiB workspace: {}", ws_bytes >> 20, cudaGetErrorString(e));
+      return make_error("cudnn: cannot allocate its {} MiB workspace: {}", ws_bytes >> 20,
+                        cudaGetErrorString(e));
     }
   }
   return {};
 }
 
-Result<std::unique_ptr<CudnnPrefill>> CudnnPrefill::create(const cudnn_prefill_shape& shape, cudaStream_t stream) {
+Result<std::unique_ptr<CudnnPrefill>> CudnnPrefill::create(const cudnn_prefill_shape& shape,
+                                                           cudaStream_t stream) {
   if (const std::string& why = load_cudnn(); !why.empty()) return make_error("{}", why);
   if (shape.n_q_heads <= 0 || shape.n_kv_heads <= 0 || shape.n_q_heads % shape.n_kv_heads != 0 ||
       shape.head_dim <= 0 || shape.max_q <= 0 || shape.max_kv < shape.max_q ||
       (shape.paged && (shape.page_size <= 0 || shape.n_pages <= 0))) {
-    return make_error("cudnn: bad prefill shape (heads {}/{}, head_dim {}, max_q {}, max_kv {})", shape.n_q_heads,
-                      shape.n_kv_heads, shape.head_dim, shape.max_q, shape.max_kv);
+    return make_error("cudnn: bad prefill shape (heads {}/{}, head_dim {}, max_q {}, max_kv {})",
+                      shape.n_q_heads, shape.n_kv_heads, shape.head_dim, shape.max_q, shape.max_kv);
   }
   auto impl = std::make_unique<Impl>();
   impl->shape = shape;
@@ -164,7 +178,8 @@ Result<std::unique_ptr<CudnnPrefill>> CudnnPrefill::create(const cudnn_prefill_s
 Status CudnnPrefill::run(const cudnn_prefill_args& a) {
   const cudnn_prefill_shape& s = impl_->shape;
   if (!a.q || !a.k || !a.v || !a.o || !a.seq_q || !a.seq_kv || (s.paged && !a.page_list)) {
-    return make_error("cudnn prefill: a null pointer among q, k, v, o, seq_q, seq_kv{}", s.paged ? ", page_list" : "");
+    return make_error("cudnn prefill: a null pointer among q, k, v, o, seq_q, seq_kv{}",
+                      s.paged ? ", page_list" : "");
   }
   std::unordered_map<int64_t, void*> pack = {
       {k_uid_q, const_cast<void*>(a.q)},
@@ -203,21 +218,29 @@ struct CudnnPrefill::Impl {
 
 namespace {
 constexpr const char* k_not_built =
-    "this build has no cuDNN attention: the cuDNN frontend headers were not found at configure time "
+    "this build has no cuDNN attention: the cuDNN frontend headers were not found at configure "
+    "time "
     "(scripts/install-deps.sh fetches them when cudnn.h is installed; then re-run cmake)";
 }
 
-Result<std::unique_ptr<CudnnPrefill>> CudnnPrefill::create(const cudnn_prefill_shape&, cudaStream_t) {
+Result<std::unique_ptr<CudnnPrefill>> CudnnPrefill::create(const cudnn_prefill_shape&,
+                                                           cudaStream_t) {
   return make_error("{}", k_not_built);
 }
-Status CudnnPrefill::run(const cudnn_prefill_args&) { return make_error("{}", k_not_built); }
-Result<std::string> cudnn_version() { return make_error("{}", k_not_built); }
+Status CudnnPrefill::run(const cudnn_prefill_args&) {
+  return make_error("{}", k_not_built);
+}
+Result<std::string> cudnn_version() {
+  return make_error("{}", k_not_built);
+}
 
 #endif
 
 CudnnPrefill::CudnnPrefill(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudnnPrefill::~CudnnPrefill() = default;
-const cudnn_prefill_shape& CudnnPrefill::shape() const { return impl_->shape; }
+const cudnn_prefill_shape& CudnnPrefill::shape() const {
+  return impl_->shape;
+}
 int64_t CudnnPrefill::workspace_bytes() const {
 #if SIEVE_HAVE_CUDNN_FE
   return impl_->ws_bytes;

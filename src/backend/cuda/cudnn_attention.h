@@ -36,7 +36,8 @@ struct cudnn_prefill_args {
   const void* q = nullptr;  // [seq_q, n_q_heads, head_dim] bf16
   const void* k = nullptr;
   const void* v = nullptr;
-  const int32_t* page_list = nullptr;  // paged: the sequence's pages in order, max_kv / page_size of them
+  const int32_t* page_list =
+      nullptr;  // paged: the sequence's pages in order, max_kv / page_size of them
   const int32_t* seq_q = nullptr;
   const int32_t* seq_kv = nullptr;
   void* o = nullptr;  // [seq_q, n_q_heads, head_dim] bf16
@@ -46,7 +47,8 @@ class CudnnPrefill {
  public:
   // Loads cuDNN (once per process), builds and checks the plan; an error names what is missing
   // (cuDNN not found, the frontend headers not built in, the shape unsupported).
-  static Result<std::unique_ptr<CudnnPrefill>> create(const cudnn_prefill_shape& shape, cudaStream_t stream);
+  static Result<std::unique_ptr<CudnnPrefill>> create(const cudnn_prefill_shape& shape,
+                                                      cudaStream_t stream);
   ~CudnnPrefill();
   CudnnPrefill(const CudnnPrefill&) = delete;
   CudnnPrefill& operator=(const CudnnPrefill&) = delete;

@@ -11,14 +11,14 @@
 namespace sieve::cuda {
 
 struct qkv_rope_params {
-  const float* qkv = nullptr;    // [n_tok, (n_head + 2 n_kv) * head_dim] fused projection
-  const int32_t* pos = nullptr;  // [n_tok] positions
-  const float* q_norm = nullptr; // [head_dim] per-head RMSNorm of q (qk_norm), or null
-  const float* k_norm = nullptr; // [head_dim] (with q_norm)
+  const float* qkv = nullptr;     // [n_tok, (n_head + 2 n_kv) * head_dim] fused projection
+  const int32_t* pos = nullptr;   // [n_tok] positions
+  const float* q_norm = nullptr;  // [head_dim] per-head RMSNorm of q (qk_norm), or null
+  const float* k_norm = nullptr;  // [head_dim] (with q_norm)
   float eps = 1e-6f;
   int32_t n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
   float base = 10000.f;
-  bool neox = false;  // pairs (i, i + n_rot/2), else (2i, 2i+1)
+  bool neox = false;           // pairs (i, i + n_rot/2), else (2i, 2i+1)
   __nv_bfloat16* q = nullptr;  // [n_tok, n_head, head_dim]
   __nv_bfloat16* k = nullptr;  // [n_tok, n_kv, head_dim]
   __nv_bfloat16* v = nullptr;  // [n_tok, n_kv, head_dim]

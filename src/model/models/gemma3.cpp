@@ -25,7 +25,8 @@ Status load_gemma3(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
   auto kl = meta_uint(f, a + "attention.key_length");
   if (!kl) return kl.error();
   hp.head_dim = narrow_count(*kl);
-  if (meta_uint_or(f, a + "attention.value_length", hp.head_dim) != static_cast<uint64_t>(hp.head_dim)) {
+  if (meta_uint_or(f, a + "attention.value_length", hp.head_dim) !=
+      static_cast<uint64_t>(hp.head_dim)) {
     return make_error("model: gemma3 value_length differs from key_length; not supported");
   }
   hp.n_rot = narrow_count(meta_uint_or(f, a + "rope.dimension_count", hp.head_dim));

@@ -48,7 +48,8 @@ struct decode_cfg {
 // Thread 0's timing stamps of CTA (split, row_id = b * n_kv + g) in attention mode with
 // p.phase_ns set (decode_params::phase_ns); null otherwise.
 template <bool SCORE>
-__device__ __forceinline__ uint64_t* decode_stamp_slots(const decode_params& p, int row_id, int split) {
+__device__ __forceinline__ uint64_t* decode_stamp_slots(const decode_params& p, int row_id,
+                                                        int split) {
   if (SCORE || p.phase_ns == nullptr || threadIdx.x != 0) return nullptr;
   return p.phase_ns + (static_cast<int64_t>(row_id) * p.n_splits + split) * decode_n_stamps;
 }

@@ -9,7 +9,8 @@
 //   O[rows, D]     += P[rows, tokens] . V    (P reused from the S accumulators in registers)
 // Mask: token position <= query position, and > query position - causal_window when set
 // (positions ascend along the list, so a tile whose first token lies past the CTA's last
-// query ends the loop). Split-K over the list is optional; partial (o, max, sum) states are merged by prefill_merge_kernel.
+// query ends the loop). Split-K over the list is optional; partial (o, max, sum) states are merged
+// by prefill_merge_kernel.
 #pragma once
 
 #include <climits>

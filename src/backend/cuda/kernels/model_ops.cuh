@@ -44,8 +44,7 @@ __global__ void embed_kernel(const __nv_bfloat16* table, const int32_t* ids, int
 
 // One CTA per row: out = x / rms(x) * w, as bf16 (a matmul input) or fp32 in place.
 template <bool kBf16Out>
-__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int32_t n,
-                                void* out) {
+__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int32_t n, void* out) {
   __shared__ float red[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float ss = 0.f;

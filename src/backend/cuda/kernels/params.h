@@ -91,14 +91,14 @@ struct decode_params {
 
 // The stamps of decode_params::phase_ns, in order.
 enum decode_stamp : int {
-  ds_entry,     // the kernel starts
-  ds_ready,     // after the wait for the previous kernel (PDL)
-  ds_issued,    // the prologue's list entries and page ids have arrived, its gathers are issued
-  ds_first,     // the first tile has landed and been computed
-  ds_loop,      // every tile done
-  ds_partial,   // the partial (o, max, sum) is written (split > 1) or the output (split == 1)
-  ds_counted,   // the split counter says whether this CTA merges
-  ds_merged,    // the merging CTA has written the output
+  ds_entry,    // the kernel starts
+  ds_ready,    // after the wait for the previous kernel (PDL)
+  ds_issued,   // the prologue's list entries and page ids have arrived, its gathers are issued
+  ds_first,    // the first tile has landed and been computed
+  ds_loop,     // every tile done
+  ds_partial,  // the partial (o, max, sum) is written (split > 1) or the output (split == 1)
+  ds_counted,  // the split counter says whether this CTA merges
+  ds_merged,   // the merging CTA has written the output
   decode_n_stamps
 };
 
@@ -248,7 +248,7 @@ struct step_params {
   int32_t smem_scores = 0;       // set by the launcher: score cache capacity per CTA (floats)
   int64_t slot_words = 0;        // set by the launcher: the workspace's per-CTA slot words
   step_sync sync = step_sync::automatic;  // automatic: cluster when the rows fit (launch/step.cu)
-  int32_t cl_keys = 0;  // set by the launcher (cluster): sketch keys per cp.async stage
+  int32_t cl_keys = 0;            // set by the launcher (cluster): sketch keys per cp.async stage
   const int32_t* skip = nullptr;  // when set and *skip != 0 the launch does nothing
 };
 
@@ -260,21 +260,21 @@ struct step_params {
 // that read it do nothing); on a miss it stores the new fingerprint, and the selection launch
 // that follows writes the list.
 struct sel_cache_params {
-  const void* q = nullptr;         // [n_q_heads, head_dim] bf16, RoPE at position *pos
-  const int32_t* pos = nullptr;    // the query's position
+  const void* q = nullptr;           // [n_q_heads, head_dim] bf16, RoPE at position *pos
+  const int32_t* pos = nullptr;      // the query's position
   const int32_t* seq_len = nullptr;  // tokens held, the query included
   int32_t n_q_heads = 0, head_dim = 0, n_rot = 0;
   float rope_base = 10000.f;
-  bool neox = false;               // RoPE pairs (i, i + n_rot/2), else (2i, 2i+1)
+  bool neox = false;  // RoPE pairs (i, i + n_rot/2), else (2i, 2i+1)
   float theta = 0.9f;
   int32_t n_sink = 0, n_window = 0;  // the token set's: picks lie in [n_sink, len - 1 - n_window)
-  float* fp = nullptr;             // [head_dim] the layer's stored fingerprint
-  int32_t* state = nullptr;        // [4]: valid, pick end at the selection, gap appended, 0
-  int32_t* sel_idx = nullptr;      // the layer's selection row (stride >= top_k + max_gap)
+  float* fp = nullptr;               // [head_dim] the layer's stored fingerprint
+  int32_t* state = nullptr;          // [4]: valid, pick end at the selection, gap appended, 0
+  int32_t* sel_idx = nullptr;        // the layer's selection row (stride >= top_k + max_gap)
   int32_t* sel_count = nullptr;
-  int32_t max_gap = 0;             // a hit that would append more tokens than this re-selects
-  int32_t* skip = nullptr;         // out: 1 = hit
-  uint32_t* hits = nullptr;        // optional: += 1 per hit
+  int32_t max_gap = 0;       // a hit that would append more tokens than this re-selects
+  int32_t* skip = nullptr;   // out: 1 = hit
+  uint32_t* hits = nullptr;  // optional: += 1 per hit
 };
 
 // Append new tokens' K/V into pages and write their sketch keys.

@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(sel_threads) soft_vote_kernel(const soft_vote_
   const int row = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int G = p.G;
-  const int in0 = row * p.fold;    // first input row
-  const int H = p.fold * G;        // heads voting into this output row
+  const int in0 = row * p.fold;  // first input row
+  const int H = p.fold * G;      // heads voting into this output row
   griddep_wait();
   griddep_launch_dependents();
   if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit

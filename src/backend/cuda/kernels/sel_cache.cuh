@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(sel_cache_threads) sel_cache_kernel(const sel_
   __syncthreads();
   if (s_hit) {  // the tokens that left the window since the selection, after its picks
     const int stored_end = st[1];
-    for (int j = stored_end + tid; j < pick_end; j += sel_cache_threads) p.sel_idx[s_base + j - stored_end] = j;
+    for (int j = stored_end + tid; j < pick_end; j += sel_cache_threads)
+      p.sel_idx[s_base + j - stored_end] = j;
   } else {
     for (int c = tid; c < d; c += sel_cache_threads) p.fp[c] = s_fp[c];
   }

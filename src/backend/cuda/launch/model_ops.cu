@@ -27,8 +27,8 @@ cudaError_t launch_qkv_rope(const qkv_rope_params& p, int32_t n_tok, cudaStream_
   if (n_tok <= 0) return cudaSuccess;
   const size_t smem = static_cast<size_t>(p.n_head + p.n_kv) * p.head_dim * sizeof(float);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(qkv_rope_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(
+        qkv_rope_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   qkv_rope_kernel<<<n_tok, model_ops_threads, smem, s>>>(p);
@@ -39,7 +39,8 @@ cudaError_t launch_glu(const float* gu, int32_t n_tok, int32_t n_ff, bool gelu, 
                        cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(n_tok) * n_ff;
   if (n <= 0) return cudaSuccess;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + model_ops_threads - 1) / model_ops_threads, 4096));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((n + model_ops_threads - 1) / model_ops_threads, 4096));
   if (gelu) {
     glu_kernel<true><<<blocks, model_ops_threads, 0, s>>>(gu, n_ff, n, out);
   } else {

@@ -8,7 +8,9 @@ namespace {
 
 // 128 rows per CTA unless p.tile_rows = 64 forces one m-tile on 4 warps: two m-tiles on 4
 // warps up to D = 128, one m-tile on 8 warps at D = 256.
-bool rows128(const prefill_params& p) { return p.tile_rows != 64; }
+bool rows128(const prefill_params& p) {
+  return p.tile_rows != 64;
+}
 
 template <class T, int D, int MT, int W>
 cudaError_t run(const prefill_params& p, const launch_cfg& lc) {
@@ -18,7 +20,8 @@ cudaError_t run(const prefill_params& p, const launch_cfg& lc) {
   const int G = p.n_q_heads / p.kv.n_kv_heads;
   const int rblocks = ceil_div(p.max_q * G, C::rows);
   const dim3 grid(rblocks * p.n_splits, p.kv.n_kv_heads, p.kv.pages.batch);
-  cudaError_t e = launch_kernel(prefill_kernel<T, D, MT, W>, grid, dim3(C::threads), C::smem_bytes, lc, p);
+  cudaError_t e =
+      launch_kernel(prefill_kernel<T, D, MT, W>, grid, dim3(C::threads), C::smem_bytes, lc, p);
   if (e != cudaSuccess || p.n_splits == 1) return e;
   return launch_kernel(prefill_merge_kernel<T>, dim3(p.total_q * p.n_q_heads),
                        dim3(D < 128 ? D : 128), 0, lc, p, D);
@@ -69,7 +72,9 @@ cudaError_t launch_prefill(const prefill_params& p, const launch_cfg& lc) {
                  [&]<class T, int D, int MT, int W>() { return run<T, D, MT, W>(p, lc); });
 }
 
-int prefill_rows_per_cta(const prefill_params& p) { return rows128(p) ? 128 : 64; }
+int prefill_rows_per_cta(const prefill_params& p) {
+  return rows128(p) ? 128 : 64;
+}
 
 int prefill_resident_ctas(const prefill_params& p) {
   return by_type(p, 0, [&]<class T, int D, int MT, int W>() { return resident<T, D, MT, W>(); });

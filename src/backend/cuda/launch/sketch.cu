@@ -46,7 +46,8 @@ cudaError_t launch_sketch_score(const sketch_score_params& p, const launch_cfg& 
 }
 
 cudaError_t launch_soft_vote(const soft_vote_params& p, int grid_x, const launch_cfg& lc) {
-  return launch_kernel(soft_vote_kernel, dim3(grid_x, p.n_rows / p.fold), dim3(sel_threads), 0, lc, p);
+  return launch_kernel(soft_vote_kernel, dim3(grid_x, p.n_rows / p.fold), dim3(sel_threads), 0, lc,
+                       p);
 }
 
 }  // namespace sieve::cuda

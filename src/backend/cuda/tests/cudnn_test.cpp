@@ -7,10 +7,10 @@
 namespace sieve::cuda::test {
 namespace {
 
-#define SIEVE_REQUIRE_CUDNN()                                                     \
-  do {                                                                            \
-    SIEVE_REQUIRE_GPU();                                                          \
-    if (auto v_ = cudnn_version(); !v_) GTEST_SKIP() << v_.message();     \
+#define SIEVE_REQUIRE_CUDNN()                                         \
+  do {                                                                \
+    SIEVE_REQUIRE_GPU();                                              \
+    if (auto v_ = cudnn_version(); !v_) GTEST_SKIP() << v_.message(); \
   } while (0)
 
 struct cudnn_case {
@@ -58,7 +58,8 @@ void run_case(const cudnn_case& c, uint32_t seed) {
     lens[0] = n;
     lens[4] = len;
     dbuf<int32_t> d_indptr(indptr), d_last(last), d_qo(qo), d_lens(lens);
-    dbuf<float> ws_o(static_cast<size_t>(n) * c.n_qh * c.D), ws_ml(static_cast<size_t>(n) * c.n_qh * 2);
+    dbuf<float> ws_o(static_cast<size_t>(n) * c.n_qh * c.D),
+        ws_ml(static_cast<size_t>(n) * c.n_qh * 2);
     prefill_params p;
     p.kv = kv.view();
     p.kv.pages.indptr = d_indptr.p;

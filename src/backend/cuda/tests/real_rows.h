@@ -1,7 +1,8 @@
-// Real attention rows captured from SmolLM2 at 8K tokens (tests/fixtures/attention_rows_smollm2_8k.txt,
-// written by `sieve calibrate --ctx 8192 --dump-rows`): one line per row, "layer head n" then n
-// probabilities. The CUDA selection tests and bench/cuda use them, tiled to the lengths they
-// need, as realistic score distributions. Host code only.
+// Real attention rows captured from SmolLM2 at 8K tokens
+// (tests/fixtures/attention_rows_smollm2_8k.txt, written by `sieve calibrate --ctx 8192
+// --dump-rows`): one line per row, "layer head n" then n probabilities. The CUDA selection tests
+// and bench/cuda use them, tiled to the lengths they need, as realistic score distributions. Host
+// code only.
 #pragma once
 
 #include <cstdlib>

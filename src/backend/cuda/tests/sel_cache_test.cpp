@@ -9,8 +9,8 @@ namespace sieve::cuda::test {
 namespace {
 
 // q_h = RoPE(u_h, pos) in bf16, as the model's qkv_rope kernel writes it.
-std::vector<uint16_t> rotated(const std::vector<float>& u, int H, int d, int n_rot, bool neox, int pos,
-                              float base) {
+std::vector<uint16_t> rotated(const std::vector<float>& u, int H, int d, int n_rot, bool neox,
+                              int pos, float base) {
   std::vector<float> q = u;
   const int half = n_rot / 2;
   for (int h = 0; h < H; ++h) {
@@ -43,7 +43,8 @@ void run_probe(bool neox) {
   for (auto& x : u) x = nd(rng);
   for (auto& x : w) x = nd(rng);
   dbuf<uint16_t> d_q(static_cast<size_t>(H) * d);
-  dbuf<int32_t> d_pos(1), d_len(1), d_state(std::vector<int32_t>(4, 0)), d_idx(top_k + max_gap), d_cnt(1), d_skip(1);
+  dbuf<int32_t> d_pos(1), d_len(1), d_state(std::vector<int32_t>(4, 0)), d_idx(top_k + max_gap),
+      d_cnt(1), d_skip(1);
   dbuf<float> d_fp(std::vector<float>(d, 0.f));
   dbuf<uint32_t> d_hits(std::vector<uint32_t>(1, 0));
   auto probe = [&](const std::vector<float>& v, int pos, float theta) {

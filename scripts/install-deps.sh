@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev
       libfmt-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-      libpcre2-dev libssl-dev libxxhash-dev libzip-dev zlib1g-dev
+      libpcre2-dev libssl-dev libxxhash-dev libzip-dev zlib1g-dev clang-format
       chromium)  # headless, for the eval report's rendering test (src/eval)
 missing=()
 for p in "${pkgs[@]}"; do

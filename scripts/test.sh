@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# Formatting is checked before anything builds: one clang-format over every C++/CUDA file.
+git ls-files '*.cpp' '*.h' '*.cu' '*.cuh' | xargs clang-format --dry-run -Werror
 SIEVE_CMAKE_ARGS=-DSIEVE_WERROR=ON scripts/build.sh release  # warnings fail CI
 ./build/tools/sieve/sieve pull smollm2 --quiet-progress >/dev/null
 ./build/tools/sieve/sieve pull gemma3-270m --quiet-progress >/dev/null

@@ -98,6 +98,20 @@ double meta_float_or(const GgufFile& f, const std::string& key, double fallback)
   return v ? *v : fallback;
 }
 
+Status read_block_shape(const GgufFile& f, const std::string& a, ModelHParams& hp) {
+  for (const char* k : {"block_count", "embedding_length", "attention.head_count",
+                        "feed_forward_length", "context_length"}) {
+    if (auto r = meta_uint(f, a + k); !r) return r.error();
+  }
+  hp.n_layer = narrow_count(*f.get_uint(a + "block_count"));
+  hp.n_embd = narrow_count(*f.get_uint(a + "embedding_length"));
+  hp.n_head = narrow_count(*f.get_uint(a + "attention.head_count"));
+  hp.n_ff = narrow_count(*f.get_uint(a + "feed_forward_length"));
+  hp.n_ctx_train = narrow_count(*f.get_uint(a + "context_length"));
+  hp.n_head_kv = narrow_count(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
+  return {};
+}
+
 Status read_rope_scaling(const GgufFile& f, const std::string& a, ModelHParams& hp) {
   RopeScaling s;
   std::string type = "none";

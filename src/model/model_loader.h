@@ -56,11 +56,26 @@ double meta_float_or(const GgufFile& f, const std::string& key, double fallback)
 // attn_factor, yarn_ext_factor, yarn_beta_fast/slow; the legacy rope.scale_linear) and
 // applies them with set_rope_scaling. longrope and YaRN's log multiplier are errors.
 Status read_rope_scaling(const GgufFile& f, const std::string& arch_prefix, ModelHParams& hp);
+// The block shape every architecture has: block_count, embedding_length, attention.head_count,
+// feed_forward_length and context_length (required; a missing one is an error naming it) and
+// attention.head_count_kv (default: head_count).
+Status read_block_shape(const GgufFile& f, const std::string& arch_prefix, ModelHParams& hp);
 
 // Checks the common invariants (head counts divide, dims positive, ...) once per model.
 Status validate_hparams(const ModelHParams& hp);
 
 // Architecture loaders: fill hp and weights from the file.
+// The llama block (pre-norm RMSNorm, GQA attention with RoPE, SwiGLU) as its relatives vary it:
+// the metadata prefix, the RoPE pairing, metadata defaults and Q/K/V biases (models/llama.cpp).
+struct LlamaFamily {
+  const char* prefix;        // "llama.", "qwen2."
+  RopeMode rope_mode;        // norm (llama's converter permutes Q/K rows) or neox (qwen2)
+  double default_eps;        // attention.layer_norm_rms_epsilon when absent
+  double default_rope_base;  // rope.freq_base when absent
+  bool qkv_bias;             // attn_{q,k,v}.bias tensors
+};
+Status load_llama_family(const GgufFile& f, const LlamaFamily& fam, ModelHParams& hp,
+                         ModelWeights& w);
 Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
 Status load_gemma3(const GgufFile& f, ModelHParams& hp, ModelWeights& w);
 Status load_qwen2(const GgufFile& f, ModelHParams& hp, ModelWeights& w);

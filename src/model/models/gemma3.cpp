@@ -11,16 +11,7 @@ namespace sieve {
 
 Status load_gemma3(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
   const std::string a = "gemma3.";
-  for (const char* k : {"block_count", "embedding_length", "attention.head_count",
-                        "feed_forward_length", "context_length"}) {
-    if (auto r = meta_uint(f, a + k); !r) return r.error();
-  }
-  hp.n_layer = narrow_count(*f.get_uint(a + "block_count"));
-  hp.n_embd = narrow_count(*f.get_uint(a + "embedding_length"));
-  hp.n_head = narrow_count(*f.get_uint(a + "attention.head_count"));
-  hp.n_ff = narrow_count(*f.get_uint(a + "feed_forward_length"));
-  hp.n_ctx_train = narrow_count(*f.get_uint(a + "context_length"));
-  hp.n_head_kv = narrow_count(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
+  SIEVE_TRY(read_block_shape(f, a, hp));
   // Gemma's head_dim is not n_embd / n_head (270M: 256 vs 160): the key must be there.
   auto kl = meta_uint(f, a + "attention.key_length");
   if (!kl) return kl.error();

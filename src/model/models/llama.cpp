@@ -7,31 +7,18 @@
 
 namespace sieve {
 
-Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
-  const std::string a = "llama.";
-  auto u = [&](const char* k) { return meta_uint(f, a + k); };
-  auto n_layer = u("block_count");
-  if (!n_layer) return n_layer.error();
-  auto n_embd = u("embedding_length");
-  if (!n_embd) return n_embd.error();
-  auto n_head = u("attention.head_count");
-  if (!n_head) return n_head.error();
-  auto n_ff = u("feed_forward_length");
-  if (!n_ff) return n_ff.error();
-  auto n_ctx = u("context_length");
-  if (!n_ctx) return n_ctx.error();
-  hp.n_layer = narrow_count(*n_layer);
-  hp.n_embd = narrow_count(*n_embd);
-  hp.n_head = narrow_count(*n_head);
-  hp.n_ff = narrow_count(*n_ff);
-  hp.n_ctx_train = narrow_count(*n_ctx);
-  hp.n_head_kv = narrow_count(meta_uint_or(f, a + "attention.head_count_kv", hp.n_head));
+Status load_llama_family(const GgufFile& f, const LlamaFamily& fam, ModelHParams& hp,
+                         ModelWeights& w) {
+  const std::string a = fam.prefix;
+  SIEVE_TRY(read_block_shape(f, a, hp));
   hp.head_dim = hp.n_head > 0 ? hp.n_embd / hp.n_head : 0;
   hp.head_dim = narrow_count(meta_uint_or(f, a + "attention.key_length", hp.head_dim));
   hp.n_rot = narrow_count(meta_uint_or(f, a + "rope.dimension_count", hp.head_dim));
-  hp.rms_eps = static_cast<float>(meta_float_or(f, a + "attention.layer_norm_rms_epsilon", 1e-5));
-  const float base = static_cast<float>(meta_float_or(f, a + "rope.freq_base", 10000.0));
-  hp.rope_mode = RopeMode::norm;
+  hp.rms_eps =
+      static_cast<float>(meta_float_or(f, a + "attention.layer_norm_rms_epsilon", fam.default_eps));
+  const float base =
+      static_cast<float>(meta_float_or(f, a + "rope.freq_base", fam.default_rope_base));
+  hp.rope_mode = fam.rope_mode;
   hp.act = FfnAct::silu;
   hp.attn_scale = hp.head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(hp.head_dim)) : 0;
   hp.layer_kind.assign(hp.n_layer > 0 ? hp.n_layer : 0, LayerKind::full);
@@ -49,6 +36,11 @@ Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
     SIEVE_TRY(lb.matrix("attn_q.weight", hp.q_dim(), hp.n_embd, L.wq));
     SIEVE_TRY(lb.matrix("attn_k.weight", hp.kv_dim(), hp.n_embd, L.wk));
     SIEVE_TRY(lb.matrix("attn_v.weight", hp.kv_dim(), hp.n_embd, L.wv));
+    if (fam.qkv_bias) {
+      SIEVE_TRY(lb.vector("attn_q.bias", hp.q_dim(), L.bq));
+      SIEVE_TRY(lb.vector("attn_k.bias", hp.kv_dim(), L.bk));
+      SIEVE_TRY(lb.vector("attn_v.bias", hp.kv_dim(), L.bv));
+    }
     SIEVE_TRY(lb.matrix("attn_output.weight", hp.n_embd, hp.q_dim(), L.wo));
     SIEVE_TRY(lb.vector("ffn_norm.weight", hp.n_embd, L.ffn_norm));
     SIEVE_TRY(lb.matrix("ffn_gate.weight", hp.n_ff, hp.n_embd, L.w_gate));
@@ -56,6 +48,10 @@ Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
     SIEVE_TRY(lb.matrix("ffn_down.weight", hp.n_embd, hp.n_ff, L.w_down));
   }
   return {};
+}
+
+Status load_llama(const GgufFile& f, ModelHParams& hp, ModelWeights& w) {
+  return load_llama_family(f, LlamaFamily{"llama.", RopeMode::norm, 1e-5, 10000.0, false}, hp, w);
 }
 
 }  // namespace sieve

@@ -87,6 +87,21 @@ std::vector<int32_t> gpu_greedy(Engine& e, const std::vector<int32_t>& prompt, i
   return out;
 }
 
+// The runner directly, over a store of device rows (256 MiB of pages, no prefix cache).
+Status runner_on_store(const Model& m, const RunnerLimits& lim, std::unique_ptr<CudaRunner>& r,
+                       std::unique_ptr<KvStore>& store) {
+  auto cr = CudaRunner::create(m, lim, {0.5});
+  if (!cr) return cr.error();
+  r = std::move(cr.value());
+  KvConfig kc = kv_config_for(m.hp, int64_t{256} << 20, 16, "test");
+  kc.host_rows = false;
+  kc.prefix_cache = false;
+  auto st = KvStore::create(kc);
+  if (!st) return st.error();
+  store = std::make_unique<KvStore>(std::move(st.value()));
+  return r->attach(*store);
+}
+
 TEST(CudaRunner, DenseLogitsMatchTheCpuAcrossChunksAndSteps) {
   REQUIRE_GPU_AND_MODEL();
   const std::vector<int32_t> prompt = test_long_prompt(*model, 700);  // chunks of 512 + 188
@@ -97,16 +112,11 @@ TEST(CudaRunner, DenseLogitsMatchTheCpuAcrossChunksAndSteps) {
   const int64_t V = model->hp.n_vocab;
   const std::vector<float> last(ref->end() - V, ref->end());
 
-  // The runner directly, over a store of device rows: a 512 + 188 prefill, then the same
-  // prompt as 699 tokens and one decode step.
-  auto r = CudaRunner::create(*model, RunnerLimits{4096, 4, 512}, {0.5});
-  ASSERT_TRUE(r.ok()) << r.message();
-  KvConfig kc = kv_config_for(model->hp, int64_t{256} << 20, 16, "test");
-  kc.host_rows = false;
-  kc.prefix_cache = false;
-  auto store = KvStore::create(kc);
-  ASSERT_TRUE(store.ok()) << store.message();
-  ASSERT_TRUE((*r)->attach(*store).ok());
+  // A 512 + 188 prefill, then the same prompt as 699 tokens and one decode step.
+  std::unique_ptr<CudaRunner> r;
+  std::unique_ptr<KvStore> store;
+  const Status made = runner_on_store(*model, RunnerLimits{4096, 4, 512}, r, store);
+  ASSERT_TRUE(made.ok()) << made.message();
   auto run_chunks = [&](const std::vector<int32_t>& toks, std::vector<int32_t> cuts) {
     auto a = store->add_sequence({});
     EXPECT_TRUE(a.ok());
@@ -118,7 +128,7 @@ TEST(CudaRunner, DenseLogitsMatchTheCpuAcrossChunksAndSteps) {
       BatchEntry e;
       e.seq = a->seq;
       e.tokens = app.tokens;
-      const Status st = (*r)->run(std::span<const BatchEntry>(&e, 1), lg);
+      const Status st = r->run(std::span<const BatchEntry>(&e, 1), lg);
       EXPECT_TRUE(st.ok()) << st.message();
       at = cut;
     }
@@ -223,14 +233,10 @@ TEST(CudaRunner, TokenSelectChunkPrefillMatchesTheCpuPipeline) {
 // and decode tokens of three sequences in one step, against each sequence in its own steps.
 TEST(CudaRunner, BatchedStepsMatchEachSequenceAlone) {
   REQUIRE_GPU_AND_MODEL();
-  auto r = CudaRunner::create(*model, RunnerLimits{4096, 8, 1024}, {0.5});
-  ASSERT_TRUE(r.ok()) << r.message();
-  KvConfig kc = kv_config_for(model->hp, int64_t{256} << 20, 16, "test");
-  kc.host_rows = false;
-  kc.prefix_cache = false;
-  auto store = KvStore::create(kc);
-  ASSERT_TRUE(store.ok()) << store.message();
-  ASSERT_TRUE((*r)->attach(*store).ok());
+  std::unique_ptr<CudaRunner> r;
+  std::unique_ptr<KvStore> store;
+  const Status made = runner_on_store(*model, RunnerLimits{4096, 8, 1024}, r, store);
+  ASSERT_TRUE(made.ok()) << made.message();
   const int64_t V = model->hp.n_vocab;
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t n : {333, 517, 190}) prompts.push_back(test_long_prompt(*model, n));
@@ -261,7 +267,7 @@ TEST(CudaRunner, BatchedStepsMatchEachSequenceAlone) {
         EXPECT_TRUE(store->reserve(apps)->fits());
         for (const KvAppend& a : apps) batch.push_back({a.seq, a.tokens, false, nullptr});
         std::vector<float> lg;
-        const Status st = (*r)->run(batch, lg);
+        const Status st = r->run(batch, lg);
         EXPECT_TRUE(st.ok()) << st.message();
         for (size_t j = 0; j < who.size(); ++j)
           out[who[j]].assign(lg.begin() + j * V, lg.begin() + (j + 1) * V);

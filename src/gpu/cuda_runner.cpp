@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/log.h"
@@ -19,6 +20,9 @@ bool gpu_available() {
 
 CudaRunner::Impl::~Impl() {
   for (auto& [key, g] : graphs) cudaGraphExecDestroy(g);
+  for (auto& [key, l] : lt_layout_cache) l.destroy();
+  if (lt_desc) cublasLtMatmulDescDestroy(lt_desc);
+  if (lt) cublasLtDestroy(lt);
   if (blas) cublasDestroy(blas);
   if (stream) cudaStreamDestroy(stream);
   if (io_host) cudaFreeHost(io_host);
@@ -53,6 +57,8 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
     return make_error("--gpu-mem-fraction {} must be in (0, 1]", opt.mem_fraction);
   }
   mem_fraction = opt.mem_fraction;
+  invariant = opt.batch_invariant;
+  if (const char* e = std::getenv("SIEVE_GPU_BATCH_INVARIANT")) invariant = std::string(e) != "0";
   S = l.max_running;
   C = std::max({l.max_batch_tokens, S, cuda::qgemv_max_tok});
   SIEVE_TRY(cuda_check(cudaGetDeviceProperties(&prop, 0), "device properties"));
@@ -95,10 +101,9 @@ Status CudaRunner::Impl::init(const Model& m, const RunnerLimits& l,
   window_splits =
       cuda::decode_splits(hp.n_head_kv, std::max(hp.sliding_window, 1), facts.n_sm, hp.head_dim);
   {  // cuBLAS gets its workspace up front: nothing is allocated while a graph is captured
-    constexpr int64_t k_blas_ws = 32 << 20;
-    uint8_t* bw = nullptr;
-    SIEVE_TRY(mem.alloc_to(bw, k_blas_ws, "cuBLAS workspace"));
-    SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, bw, k_blas_ws), "workspace"));
+    blas_ws_bytes = 32 << 20;
+    SIEVE_TRY(mem.alloc_to(blas_ws, blas_ws_bytes, "cuBLAS workspace"));
+    SIEVE_TRY(cublas_check(cublasSetWorkspace(blas, blas_ws, blas_ws_bytes), "workspace"));
   }
   SIEVE_TRY(mem.alloc_to(qws,
                          cuda::qgemv_workspace_bytes(std::max({E, F, qd}), cuda::qgemv_max_tok),
@@ -144,7 +149,9 @@ Status CudaRunner::Impl::attach(KvStore& store) {
   n_pages = g.n_pages;
   n_stream = g.n_stream;
   max_seq_pages = (lim.n_ctx + page_size - 1) / page_size + 1;
-  const int64_t rows = int64_t{n_pages} * page_size * hp.kv_dim();
+  // one page past the store's: the padding rows of a decode graph's bucket write their K/V there
+  scratch_page = n_pages;
+  const int64_t rows = int64_t{n_pages + 1} * page_size * hp.kv_dim();
   SIEVE_TRY(kv_mem.alloc_to(kv_k, rows, "the K cache"));
   SIEVE_TRY(kv_mem.alloc_to(kv_v, rows, "the V cache"));
   // Step inputs (see the layout in cuda_runner_impl.h).
@@ -155,7 +162,8 @@ Status CudaRunner::Impl::attach(KvStore& store) {
   off_tables = off_seq_len + S;
   head_words = off_tables + int64_t{n_stream} * (2 * S + 1);
   head_words += head_words % 4;  // the int64 slots start 16-byte aligned
-  const int64_t max_pages = std::min<int64_t>(int64_t{S} * max_seq_pages, int64_t{n_pages} * 4 + S);
+  const int64_t max_pages =
+      std::min<int64_t>(int64_t{S} * max_seq_pages, int64_t{n_pages} * 4 + S) + S;
   io_words = head_words + int64_t{2} * n_stream * C + int64_t{n_stream} * max_pages;
   SIEVE_TRY(kv_mem.alloc_to(io_dev, io_words, "step inputs"));
   SIEVE_TRY(
@@ -278,6 +286,27 @@ Status CudaRunner::Impl::plan(std::span<const BatchEntry> batch, int32_t& n_tok,
   std::stable_sort(order.begin(), order.end(), [](const StepEntry& a, const StepEntry& b) {
     return std::make_pair(!a.decode, a.sparse) < std::make_pair(!b.decode, b.sparse);
   });
+  // A decode-only step's dense decodes pad to a power of two (at most S rows in all): the
+  // step replays the graph of its size bucket, not one per count (padding rows read and write
+  // only the scratch page, and their logits are dropped).
+  const bool decode_only =
+      std::all_of(order.begin(), order.end(), [](const StepEntry& e) { return e.decode; });
+  if (decode_only && !graphs_off) {
+    const int32_t n_dense = static_cast<int32_t>(
+        std::count_if(order.begin(), order.end(), [](const StepEntry& e) { return !e.sparse; }));
+    const int32_t n_sparse = static_cast<int32_t>(order.size()) - n_dense;
+    int32_t bucket = 1;
+    while (bucket < n_dense) bucket *= 2;
+    const int32_t pad = std::max(0, std::min(bucket, S - n_sparse) - n_dense);
+    StepEntry dummy;
+    dummy.src = -1;
+    dummy.n = 1;
+    dummy.len = 1;
+    dummy.decode = true;
+    order.insert(order.begin() + n_dense, pad, dummy);
+    n_tok += pad;
+    n_rows += pad;
+  }
   int32_t row = 0;
   for (StepEntry& e : order) {
     e.row = row;
@@ -301,9 +330,8 @@ Status CudaRunner::Impl::fill_tables(std::span<const BatchEntry> batch, int32_t 
   int32_t n_pre = 0;
   for (size_t b = 0; b < order.size(); ++b) {
     const StepEntry& e = order[b];
-    const BatchEntry& be = batch[e.src];
     for (int32_t j = 0; j < e.n; ++j) {
-      ids[e.row + j] = be.tokens[j];
+      ids[e.row + j] = e.src < 0 ? 0 : batch[e.src].tokens[j];
       pos[e.row + j] = e.len - e.n + j;
     }
     seq_len[b] = e.len;
@@ -325,8 +353,16 @@ Status CudaRunner::Impl::fill_tables(std::span<const BatchEntry> batch, int32_t 
     const bool window = kv->geometry().capacity[s].is_window();
     for (size_t b = 0; b < order.size(); ++b) {
       const StepEntry& e = order[b];
-      const KvSeqView sv = kv->seq_view(batch[e.src].seq, s);
       indptr[b] = static_cast<int32_t>(n_ids);
+      if (e.src < 0) {  // a padding row: one token in the scratch page
+        if (n_ids + 1 > cap)
+          return make_error("cuda runner: the step's page tables overflow (engine bug)");
+        pages[n_ids++] = scratch_page;
+        last[b] = 1;
+        slots[int64_t{s} * n_tok + e.row] = int64_t{scratch_page} * ps;
+        continue;
+      }
+      const KvSeqView sv = kv->seq_view(batch[e.src].seq, s);
       // The kernels find token t at page t / page_size of the table: a window stream whose
       // dropped pages left its table shorter gets them back as placeholders (page 0), which
       // no query of its window reads.
@@ -425,11 +461,14 @@ Status CudaRunner::Impl::run(std::span<const BatchEntry> batch, std::vector<floa
   out_row.assign(batch.size(), 0);
   int32_t r = 0;
   for (const StepEntry& e : order) {
-    out_row[e.src] = r;
+    if (e.src >= 0) out_row[e.src] = r;
     r += e.all_logits ? e.n : 1;
   }
   const int64_t V = hp.n_vocab;
-  out.resize(static_cast<size_t>(n_rows) * V);
+  int64_t real_rows = 0;
+  for (const BatchEntry& be : batch)
+    real_rows += be.all_logits ? static_cast<int64_t>(be.tokens.size()) : 1;
+  out.resize(static_cast<size_t>(real_rows) * V);
   int64_t dst = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t nr = batch[i].all_logits ? static_cast<int64_t>(batch[i].tokens.size()) : 1;
@@ -442,6 +481,7 @@ Status CudaRunner::Impl::run(std::span<const BatchEntry> batch, std::vector<floa
   for (LayerKind kind : hp.layer_kind) n_full += kind == LayerKind::full ? 1 : 0;
   ++stats.steps;
   for (const StepEntry& e : order) {
+    if (e.src < 0) continue;  // padding
     if (e.decode)
       ++stats.decode_tokens;
     else

@@ -38,6 +38,11 @@ class CudaRunner final : public ModelRunner {
     // Share of the device's memory the process may use: weights, workspaces and KV pages
     // (vLLM's gpu_memory_utilization). The KV pool gets what is left.
     double mem_fraction = 0.9;
+    // A row's arithmetic does not depend on the rows beside it in a step (fixed GEMM
+    // algorithms, decode splits and unsplit prefill attention), so a greedy request returns the
+    // same text alone and among others (cuda_runner_matmul.cpp). SIEVE_GPU_BATCH_INVARIANT=0
+    // turns it off.
+    bool batch_invariant = true;
   };
   // Uploads the weights and sizes the workspaces for lim. Errors: no device, an architecture or
   // shape the kernels lack, not enough device memory.

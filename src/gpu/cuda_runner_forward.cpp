@@ -12,122 +12,6 @@
 namespace sieve {
 using namespace gpu_internal;
 
-// y [n, out] = x [n, in] . W[out, in]^T (row-major), fp32 accumulation.
-Status CudaRunner::Impl::gemm(const bf16* wt, int64_t out, int64_t in, const bf16* x, int32_t n,
-                              float* y) {
-  const float one = 1.f, zero = 0.f;
-  return cublas_check(
-      cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), n, static_cast<int>(in),
-                   &one, wt, CUDA_R_16BF, static_cast<int>(in), x, CUDA_R_16BF,
-                   static_cast<int>(in), &zero, y, CUDA_R_32F, static_cast<int>(out),
-                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "gemm");
-}
-
-Status CudaRunner::Impl::matmul(const MatGroup& g, const bf16* x, int32_t n, float* y) {
-  if (n > g.q_max_tok) return gemm(g.bf, g.rows, g.cols, x, n, y);
-  int64_t off = 0;
-  for (size_t i = 0; i < g.q.size();
-       ++i) {  // the parts write their columns of y; x is quantized once
-    cuda::qgemv_params p;
-    p.w = g.q[i].w;
-    p.type = g.q[i].type;
-    p.rows = g.q[i].rows;
-    p.cols = g.cols;
-    p.x = x;
-    p.ldx = g.cols;
-    p.n_tok = n;
-    p.y = y + off;
-    p.ldy = g.rows;
-    p.workspace = qws;
-    p.x_quantized = i > 0;
-    SIEVE_TRY(cuda_check(cuda::launch_qgemv(p, stream), "quantized gemv"));
-    off += g.q[i].rows;
-  }
-  return {};
-}
-
-// Each distinct group (types and shape) timed both ways at 1, 2, 4 and 8 tokens on zero
-// activations, best of 5 after a warm-up: the quantized GEMV serves step sizes up to the first
-// one where cuBLAS's bf16 GEMM is faster.
-Status CudaRunner::Impl::choose_matmuls() {
-  const char* env = std::getenv("SIEVE_GPU_MATMUL");
-  const std::string want = env ? env : "auto";
-  if (want != "auto" && want != "bf16" && want != "quant") {
-    return make_error("SIEVE_GPU_MATMUL={}: use auto (time both), bf16 or quant", want);
-  }
-  std::vector<MatGroup*> groups{&w.output};
-  for (GpuLayer& L : w.layers) {
-    for (MatGroup* g : {&L.qkv, &L.wo, &L.gu, &L.down}) groups.push_back(g);
-  }
-  std::map<std::string, int32_t> decided;
-  cudaEvent_t ev[2];
-  SIEVE_TRY(cuda_check(cudaEventCreate(&ev[0]), "event"));
-  SIEVE_TRY(cuda_check(cudaEventCreate(&ev[1]), "event"));
-  auto time_us = [&](auto&& launch, float& us) -> Status {
-    us = 1e30f;
-    for (int rep = 0; rep < 6; ++rep) {
-      float ms = 0;
-      SIEVE_TRY(cuda_check(cudaEventRecord(ev[0], stream), "event"));
-      SIEVE_TRY(launch());
-      SIEVE_TRY(cuda_check(cudaEventRecord(ev[1], stream), "event"));
-      SIEVE_TRY(cuda_check(cudaEventSynchronize(ev[1]), "matmul probe"));
-      SIEVE_TRY(cuda_check(cudaEventElapsedTime(&ms, ev[0], ev[1]), "event"));
-      if (rep > 0) us = std::min(us, ms * 1000.f);
-    }
-    return {};
-  };
-  Status st;
-  int32_t n_quant = 0;
-  std::string detail;
-  SIEVE_TRY(cuda_check(
-      cudaMemsetAsync(xb, 0, int64_t{8} * std::max(hp.n_embd, hp.n_ff) * sizeof(bf16), stream),
-      "memset"));
-  for (MatGroup* g : groups) {
-    if (g->q.empty() || want == "bf16") {
-      g->q_max_tok = 0;
-      continue;
-    }
-    if (want == "quant") {
-      g->q_max_tok = cuda::qgemv_max_tok;
-      ++n_quant;
-      continue;
-    }
-    const std::string sig = g->signature();
-    auto it = decided.find(sig);
-    if (it == decided.end()) {
-      // act holds [n, n_ff] and gu [n, 2 n_ff] floats: room for any group's x and y at 8 tokens
-      const bf16* x = g->cols == hp.n_ff ? act : xb;
-      int32_t max_tok = 0;
-      std::string line = sig + ":";
-      for (int32_t n : {1, 2, 4, 8}) {
-        float q_us = 0, b_us = 0;
-        g->q_max_tok = n;
-        float* y = g->rows == hp.n_vocab ? logits : gu;  // gu holds [C, 2 n_ff] floats
-        st = time_us([&] { return matmul(*g, x, n, y); }, q_us);
-        if (st) st = time_us([&] { return gemm(g->bf, g->rows, g->cols, x, n, y); }, b_us);
-        if (!st) break;
-        line += fmt::format(" {}:{:.1f}/{:.1f}us", n, q_us, b_us);
-        if (q_us >= b_us) break;
-        max_tok = n;
-      }
-      if (!st) break;
-      it = decided.emplace(sig, max_tok).first;
-      detail += (detail.empty() ? "" : "; ") + line;
-    }
-    g->q_max_tok = it->second;
-    n_quant += it->second > 0 ? 1 : 0;
-  }
-  cudaEventDestroy(ev[0]);
-  cudaEventDestroy(ev[1]);
-  SIEVE_TRY(st);
-  matmul_choice = fmt::format("{} of {} weight products read quantized blocks at decode ({}){}",
-                              n_quant, groups.size(), want,
-                              detail.empty() ? "" : " [quantized/bf16 per tokens: " + detail + "]");
-  log_info("cuda: {}", matmul_choice);
-  return {};
-}
-
 cuda::paged_kv CudaRunner::Impl::kv_view(int il, int32_t first, int32_t batch,
                                          int32_t n_tok) const {
   cuda::paged_kv kvv;
@@ -192,7 +76,9 @@ Status CudaRunner::Impl::attention(int il, int32_t n_tok) {
     p.o = o + order[first].row * qd;
     p.set = set;
     if (slide) p.causal_window = hp.sliding_window;
-    p.n_splits = cuda::prefill_splits(p, k_prefill_splits);
+    // split-K over the keys cuts them where the chunk's length says: unsplit, a row's sums run
+    // in the same order however the prompt was chunked (batch invariance)
+    p.n_splits = invariant ? 1 : cuda::prefill_splits(p, k_prefill_splits);
     p.ws_o = ws_o;
     p.ws_ml = ws_ml;
     return cuda::prefill_attention(p, lc);
@@ -204,8 +90,10 @@ Status CudaRunner::Impl::attention(int il, int32_t n_tok) {
     return {};
   }
   if (n_dec_dense > 0) {
-    const int32_t splits =
-        cuda::decode_splits(n_dec_dense * hp.n_head_kv, lim.n_ctx, facts.n_sm, hp.head_dim);
+    // the split count cuts each sequence's keys; batch invariance keeps it the single
+    // sequence's whatever the batch
+    const int32_t splits = cuda::decode_splits((invariant ? 1 : n_dec_dense) * hp.n_head_kv,
+                                               lim.n_ctx, facts.n_sm, hp.head_dim);
     SIEVE_TRY(decode(0, n_dec_dense, dense, std::min(splits, 256)));
   }
   for (int32_t b = n_dec_dense; b < n_dec; ++b) {
@@ -238,14 +126,15 @@ Status CudaRunner::Impl::attention(int il, int32_t n_tok) {
 Status CudaRunner::Impl::enqueue(int32_t n_tok, int32_t n_rows) {
   const cuda::launch_cfg lc{stream, true};
   const int32_t E = hp.n_embd, qd = hp.q_dim(), kvd = hp.kv_dim(), F = hp.n_ff;
-  (void)F;
+  step_dec = 0;  // decodes lead the order: the first step_dec rows (and logits rows)
+  for (const StepEntry& e : order) step_dec += e.decode ? 1 : 0;
   SIEVE_TRY(cuda_check(cuda::launch_embed(w.tok_embd, dev(0), n_tok, E, hp.embd_scale, h, stream),
                        "embed"));
   for (int il = 0; il < hp.n_layer; ++il) {
     const GpuLayer& L = w.layers[il];
     SIEVE_TRY(cuda_check(
         cuda::launch_rms_norm(h, L.attn_norm, hp.rms_eps, n_tok, E, xb, true, stream), "norm"));
-    SIEVE_TRY(matmul(L.qkv, xb, n_tok, qkv));
+    SIEVE_TRY(matmul(L.qkv, xb, n_tok, qkv, step_dec));
     if (L.bqkv)
       SIEVE_TRY(
           cuda_check(cuda::launch_bias_add(qkv, L.bqkv, n_tok, qd + 2 * kvd, stream), "bias"));
@@ -278,15 +167,15 @@ Status CudaRunner::Impl::enqueue(int32_t n_tok, int32_t n_rows) {
     ap.type = cuda::dtype::bf16;
     SIEVE_TRY(cuda::kv_append(ap, lc));
     SIEVE_TRY(attention(il, n_tok));
-    SIEVE_TRY(matmul(L.wo, o, n_tok, tmp));
+    SIEVE_TRY(matmul(L.wo, o, n_tok, tmp, step_dec));
     SIEVE_TRY(cuda_check(
         cuda::launch_residual_add(h, tmp, L.post_attn, hp.rms_eps, n_tok, E, stream), "residual"));
     SIEVE_TRY(cuda_check(
         cuda::launch_rms_norm(h, L.ffn_norm, hp.rms_eps, n_tok, E, xb, true, stream), "norm"));
-    SIEVE_TRY(matmul(L.gu, xb, n_tok, gu));
+    SIEVE_TRY(matmul(L.gu, xb, n_tok, gu, step_dec));
     SIEVE_TRY(
         cuda_check(cuda::launch_glu(gu, n_tok, F, hp.act != FfnAct::silu, act, stream), "glu"));
-    SIEVE_TRY(matmul(L.down, act, n_tok, tmp));
+    SIEVE_TRY(matmul(L.down, act, n_tok, tmp, step_dec));
     SIEVE_TRY(cuda_check(
         cuda::launch_residual_add(h, tmp, L.post_ffn, hp.rms_eps, n_tok, E, stream), "residual"));
   }
@@ -306,7 +195,7 @@ Status CudaRunner::Impl::enqueue(int32_t n_tok, int32_t n_rows) {
       r += n;
     }
   }
-  return matmul(w.output, xsel, n_rows, logits);
+  return matmul(w.output, xsel, n_rows, logits, step_dec);
 }
 
 }  // namespace sieve

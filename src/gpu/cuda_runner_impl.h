@@ -4,14 +4,17 @@
 // (the upload). Not for use outside src/gpu.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -114,7 +117,7 @@ Status upload_weights(const Model& m, DevMem& mem, GpuWeights& w);
 // One entry of a step in the runner's order: decodes first (dense, then selecting), then
 // prefill chunks (dense, then selecting).
 struct StepEntry {
-  int32_t src = 0;  // index in the scheduler's batch
+  int32_t src = 0;  // index in the scheduler's batch; -1: a padding row of a graph's bucket
   int32_t row = 0;  // first row of the step's tokens
   int32_t n = 0;    // tokens
   int32_t len = 0;  // tokens held after the step (the query positions are len - n ..)
@@ -150,6 +153,7 @@ struct CudaRunner::Impl {
   gpu_internal::DevMem kv_mem;
   bf16 *kv_k = nullptr, *kv_v = nullptr;
   int32_t page_size = 0, n_pages = 0, max_seq_pages = 0;
+  int32_t scratch_page = 0;  // past the store's pages: where padding rows write
 
   // activations for up to C tokens
   float *h = nullptr, *qkv = nullptr, *tmp = nullptr, *gu = nullptr, *logits = nullptr;
@@ -202,7 +206,8 @@ struct CudaRunner::Impl {
   std::vector<GpuPolicy> pols;                  // interned: graph keys name a policy by index
   std::unordered_map<KvSeqId, int32_t> pol_of;  // a sequence's policy (ids are never reused)
 
-  // Decode graphs by composition: {dense decodes, then (slot, policy) of each selecting one}.
+  // Decode graphs by composition: {dense decodes padded to a power of two, then (slot, policy)
+  // of each selecting one}.
   std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
   bool graphs_off = false;
 
@@ -222,8 +227,29 @@ struct CudaRunner::Impl {
   // Every launch of one step of n_tok tokens whose logits rows are n_rows (inputs on the device).
   Status enqueue(int32_t n_tok, int32_t n_rows);
   Status gemm(const bf16* w, int64_t out, int64_t in, const bf16* x, int32_t n, float* y);
-  // y [n, g.rows] = x [n, g.cols] . W^T by the quantized GEMV or the bf16 GEMM (q_max_tok).
-  Status matmul(const gpu_internal::MatGroup& g, const bf16* x, int32_t n, float* y);
+  // y [n, g.rows] = x [n, g.cols] . W^T by the quantized GEMV or the bf16 GEMM (q_max_tok); with
+  // batch invariance the first n_dec rows (the step's decode rows) and the rest are two
+  // products whose per-row arithmetic does not depend on n (cuda_runner_matmul.cpp).
+  Status matmul(const gpu_internal::MatGroup& g, const bf16* x, int32_t n, float* y, int32_t n_dec);
+  // The quantized GEMV over n tokens, in slices of at most qgemv_max_tok.
+  Status qgemv(const gpu_internal::MatGroup& g, const bf16* x, int32_t n, float* y);
+  // Batch invariance: cuBLASLt with one split-free algorithm per (shape, path): path 0 decode
+  // rows of a group without a quantized GEMV, path 1 prefill rows.
+  bool invariant = true;
+  int32_t step_dec = 0;  // decode rows at the front of the step being enqueued
+  uint8_t* blas_ws = nullptr;
+  int64_t blas_ws_bytes = 0;
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t lt_desc = nullptr;
+  struct LtLayouts {
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    void destroy();
+  };
+  std::map<std::tuple<int64_t, int64_t, int32_t>, LtLayouts> lt_layout_cache;
+  std::map<std::pair<int64_t, int64_t>, std::array<cublasLtMatmulAlgo_t, 2>> lt_algos;
+  Status init_invariant_gemm();
+  Status lt_layouts(const gpu_internal::MatGroup& g, int32_t n, LtLayouts*& out);
+  Status gemm_fixed(const gpu_internal::MatGroup& g, int path, const bf16* x, int32_t n, float* y);
   // Times both products for each distinct group signature at 1, 2, 4 and 8 tokens and sets
   // every group's q_max_tok (SIEVE_GPU_MATMUL=auto | bf16 | quant overrides).
   Status choose_matmuls();

@@ -168,6 +168,13 @@ std::string Metrics::render(const EngineSnapshot& e) const {
            e.kv.n_pages_total ? double(e.kv.n_pages_used) / e.kv.n_pages_total : 0.0);
     scalar(out, "sieve_kv_sequences", "gauge", "Sequences holding KV.", e.kv.n_sequences);
     scalar(out, "sieve_kv_page_size_tokens", "gauge", "Tokens per KV page.", e.page_size);
+    head(out, "sieve_kv_pool_bytes", "gauge",
+         "Bytes of the KV pool, by where its pages live (cuda: device memory).");
+    out += fmt::format("sieve_kv_pool_bytes{{backend=\"{}\"}} {}\n", e.backend,
+                       int64_t{e.kv.n_pages_total} * e.kv.page_bytes);
+    head(out, "sieve_kv_used_bytes", "gauge", "Bytes of the KV pool held by sequences.");
+    out += fmt::format("sieve_kv_used_bytes{{backend=\"{}\"}} {}\n", e.backend,
+                       int64_t{e.kv.n_pages_used} * e.kv.page_bytes);
     scalar(out, "sieve_context_length_tokens", "gauge", "Per-request context limit.", e.n_ctx);
   }
   ttft_.render(out, "sieve_time_to_first_token_seconds",

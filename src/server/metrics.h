@@ -46,6 +46,7 @@ struct EngineSnapshot {
   KvStats kv;
   int32_t page_size = 0;
   int32_t n_ctx = 0;
+  std::string backend = "cpu";  // where the KV pages live: cpu (host memory) or cuda (device)
 };
 
 class Metrics {

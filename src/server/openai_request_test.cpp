@@ -220,6 +220,8 @@ TEST(Metrics, PrometheusText) {
   e.sched.step_ms.observe(400);
   e.kv.n_pages_used = 3;
   e.kv.n_pages_total = 12;
+  e.kv.page_bytes = 1000;
+  e.backend = "cuda";
   const std::string t = m.render(e);
   for (const char* want : {"sieve_http_requests_total{endpoint=\"completions\",code=\"400\"} 1",
                            "sieve_request_success_total{finish_reason=\"stop\"} 1",
@@ -230,6 +232,8 @@ TEST(Metrics, PrometheusText) {
                            "sieve_selection_cache_hit_rate 0.75",
                            "sieve_kv_pages_used 3",
                            "sieve_kv_cache_usage_ratio 0.25",
+                           "sieve_kv_pool_bytes{backend=\"cuda\"} 12000",
+                           "sieve_kv_used_bytes{backend=\"cuda\"} 3000",
                            "sieve_time_to_first_token_seconds_bucket{le=\"0.25\"} 1",
                            "sieve_time_to_first_token_seconds_bucket{le=\"0.1\"} 0",
                            "sieve_time_to_first_token_seconds_count 1",

@@ -340,6 +340,7 @@ void Server::handle_metrics(HttpExchange& ex) {
     snap.sched = engine_->stats();
     snap.kv = engine_->kv_stats();
     snap.page_size = engine_->config().page_size;
+    snap.backend = std::string(engine_->backend());
     snap.n_ctx = engine_->config().n_ctx;
   }
   ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(snap));

@@ -557,24 +557,29 @@ Status check_policy_complete(const PolicyConfig& p) {
   return {};
 }
 
-namespace {
-
-std::string json_scalar_text(const nlohmann::json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  if (v.is_number()) return fmt::format("{:.17g}", v.get<double>());
-  if (v.is_array()) {  // a list knob (up_layers): [7, 11, 15]
-    std::string s;
+bool policy_knob_text(const nlohmann::json& v, std::string& out) {
+  if (v.is_string()) {
+    out = v.get<std::string>();
+  } else if (v.is_boolean()) {
+    out = v.get<bool>() ? "true" : "false";
+  } else if (v.is_number_integer()) {
+    out = std::to_string(v.get<int64_t>());
+  } else if (v.is_number()) {
+    out = fmt::format("{:.17g}", v.get<double>());
+  } else if (v.is_array()) {  // a list knob (up_layers): [7, 11, 15]
+    out.clear();
     for (const auto& e : v) {
-      if (!e.is_number_integer()) return "\x01";
-      if (!s.empty()) s += ',';
-      s += std::to_string(e.get<int64_t>());
+      if (!e.is_number_integer()) return false;
+      if (!out.empty()) out += ',';
+      out += std::to_string(e.get<int64_t>());
     }
-    return s;
+  } else {
+    return false;
   }
-  return "\x01";  // an object, array or null: rejected by every knob parser
+  return true;
 }
+
+namespace {
 
 Result<PolicyConfig> policy_from_json(const nlohmann::json& j, std::string_view default_preset,
                                       std::string_view where) {
@@ -588,9 +593,11 @@ Result<PolicyConfig> policy_from_json(const nlohmann::json& j, std::string_view 
   if (!p) return p;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "policy") continue;
-    const std::string text = json_scalar_text(it.value());
-    if (text == "\x01")
-      return make_error("{}: knob {} must be a number, string or boolean", where, it.key());
+    std::string text;
+    if (!policy_knob_text(it.value(), text)) {
+      return make_error("{}: knob {} must be a number, string, boolean or list of integers", where,
+                        it.key());
+    }
     if (Status st = set_policy_knob(*p, it.key(), text); !st) {
       return make_error("{}: {}", where, st.message());
     }

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/result.h"
 #include "sparse/head_plan.h"
 #include "sparse/sketch_basis.h"
@@ -165,6 +167,9 @@ PolicyItem split_policy_item(std::string_view item);
 Result<PolicyConfig> load_policy_file(const std::string& path);
 // Applies a JSON object's fields (policy first, then knobs) - the server's "sieve" field.
 Result<PolicyConfig> policy_from_json_text(std::string_view json, std::string_view default_preset);
+// A knob's JSON value (a policy file's or a request's) as the text set_policy_knob takes:
+// strings, booleans, numbers, and lists of integers ("7,11,15"); false for anything else.
+bool policy_knob_text(const nlohmann::json& v, std::string& out);
 
 // A policy that uses a head plan (rtpurbo) has one; the error names the command that writes it.
 Status check_policy_complete(const PolicyConfig& p);

@@ -3,32 +3,6 @@
 #include <nlohmann/json.hpp>
 
 namespace sieve {
-namespace {
-
-// A request knob's JSON value as the text set_policy_knob takes; empty optional: not a scalar.
-bool knob_text(const nlohmann::json& v, std::string& out) {
-  if (v.is_string())
-    out = v.get<std::string>();
-  else if (v.is_boolean())
-    out = v.get<bool>() ? "true" : "false";
-  else if (v.is_number_integer())
-    out = std::to_string(v.get<int64_t>());
-  else if (v.is_number())
-    out = fmt::format("{:.17g}", v.get<double>());
-  else if (v.is_array()) {  // a list knob (up_layers): [7, 11, 15]
-    out.clear();
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) return false;
-      if (!out.empty()) out += ',';
-      out += std::to_string(e.get<int64_t>());
-    }
-  } else {
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 Result<PolicyConfig> build_policy(const PolicySources& s) {
   const PolicyItem item = split_policy_item(s.item);
@@ -88,7 +62,7 @@ Result<PolicyConfig> build_policy(const PolicySources& s) {
     for (auto it = req.begin(); it != req.end(); ++it) {
       if (it.key() == "policy") continue;
       std::string text;
-      if (!knob_text(it.value(), text)) {
+      if (!policy_knob_text(it.value(), text)) {
         return make_error("knob {} must be a number, string, boolean or list of integers",
                           it.key());
       }

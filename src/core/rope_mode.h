@@ -73,6 +73,16 @@ struct RopeScaling {
       out[i] = fs * (1.0f - mix) + mix;
     }
   }
+
+  // out[i] = base^(-2i/n_rot) * pair_factor(i) for i < n_rot / 2, in double: the per-pair
+  // angle per position that every backend rotates by (the CPU ops, the CUDA kernels' tables).
+  void inv_freqs(int n_rot, float base, double* out) const {
+    const int half = n_rot / 2;
+    float f[512];
+    pair_factors(n_rot, base, f);
+    for (int i = 0; i < half; ++i)
+      out[i] = std::pow(static_cast<double>(base), -2.0 * i / n_rot) * f[i];
+  }
 };
 
 }  // namespace sieve

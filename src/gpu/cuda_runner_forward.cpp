@@ -148,7 +148,7 @@ Status CudaRunner::Impl::enqueue(int32_t n_tok, int32_t n_rows) {
     rp.n_kv = hp.n_head_kv;
     rp.head_dim = hp.head_dim;
     rp.n_rot = hp.n_rot;
-    rp.base = hp.rope_base[il];
+    rp.inv_freq = L.rope_inv_freq;
     rp.neox = hp.rope_mode == RopeMode::neox;
     rp.q = q;
     rp.k = k;

@@ -99,6 +99,9 @@ struct MatGroup {
 struct GpuLayer {
   MatGroup qkv, wo, gu, down;
   float* bqkv = nullptr;  // [q_dim + 2 kv_dim] Q/K/V biases (qwen2), or null
+  // [n_rot / 2] pair i's RoPE angle per position (RopeScaling::inv_freqs of the layer's base):
+  // what qkv_rope and the selection cache's fingerprint rotate by
+  double* rope_inv_freq = nullptr;
   float *attn_norm = nullptr, *ffn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   float *post_attn = nullptr, *post_ffn = nullptr;
 };

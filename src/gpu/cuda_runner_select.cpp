@@ -121,7 +121,7 @@ Status CudaRunner::Impl::select_tokens(int il, int32_t b, const bf16* qsel, int3
     cp.n_q_heads = hp.n_head;
     cp.head_dim = hp.head_dim;
     cp.n_rot = hp.n_rot;
-    cp.rope_base = hp.rope_base[il];
+    cp.inv_freq = w.layers[il].rope_inv_freq;
     cp.neox = hp.rope_mode == RopeMode::neox;
     cp.theta = pol.theta;
     cp.n_sink = pol.sinks;

@@ -1,8 +1,8 @@
 // The CUDA runner behind the engine against the CPU reference on SmolLM2: logits of a prompt
 // that spans two prefill chunks, greedy continuations, TokenSelect decode (the sparse path
 // really runs and matches the CPU pipeline with the same knobs), the selection cache, and 8
-// concurrent greedy requests that equal the same requests one by one. Skips without a CUDA
-// device or without the model.
+// concurrent greedy requests that equal the same requests one by one; and Qwen2.5-Coder-0.5B
+// under YaRN x4 against the CPU's YaRN. Skips without a CUDA device or without the model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -403,6 +403,83 @@ TEST(CudaRunner, PrefixHitsAndPreemptionKeepTheText) {
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(got[i], want[i]) << "request " << i << " (recompute and batch invariance)";
   EXPECT_EQ(e.kv_stats().n_pages_used, 0);
+}
+
+// Qwen2.5-Coder-0.5B under YaRN x4 over 32768 (what `--rope-scaling yarn --rope-scale 4
+// --yarn-orig-ctx 32768` sets), loaded once; nullptr when the file is absent.
+std::shared_ptr<const Model> test_qwen_yarn() {
+  static std::shared_ptr<const Model> m = []() -> std::shared_ptr<const Model> {
+    const std::string path = test_model_path("qwen2.5-coder-0.5b.gguf");
+    if (path.empty()) return nullptr;
+    auto r = load_model(path);
+    if (!r) return nullptr;
+    RopeScaling s;
+    s.type = RopeScalingType::yarn;
+    s.factor = 4.0f;
+    s.n_ctx_orig = 32768;
+    s.ext_factor = 1.0f;
+    if (!set_rope_scaling((*r)->hp, s).ok()) return nullptr;
+    return std::shared_ptr<const Model>(std::move(r.value()));
+  }();
+  return m;
+}
+
+// YaRN on the GPU: the runner rotates by the host's per-pair frequencies and attends with the
+// model's attention scale (mscale^2 folded in), so a prompt over four prefill chunks, a decode
+// step and a greedy continuation match the CPU's YaRN forward.
+TEST(CudaRunner, QwenYarnLogitsAndGreedyMatchTheCpu) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  auto model = test_qwen_yarn();
+  if (!model) GTEST_SKIP() << "qwen2.5-coder-0.5b.gguf not found (sieve pull qwen2.5-coder-0.5b)";
+  ASSERT_TRUE(model->hp.rope_scaling.active());
+  const std::vector<int32_t> prompt = test_long_prompt(*model, 1800);  // chunks 512 x 3 + 264
+  ThreadPool pool(8);
+  Generator gen(*model, pool, 4096);
+  auto ref = gen.prompt_logits(prompt, 512);
+  ASSERT_TRUE(ref.ok()) << ref.message();
+  const int64_t V = model->hp.n_vocab;
+  const std::vector<float> last(ref->end() - V, ref->end());
+
+  std::unique_ptr<CudaRunner> r;
+  std::unique_ptr<KvStore> store;
+  const Status made = runner_on_store(*model, RunnerLimits{4096, 4, 512}, r, store);
+  ASSERT_TRUE(made.ok()) << made.message();
+  auto run_chunks = [&](std::vector<int32_t> cuts) {
+    auto a = store->add_sequence({});
+    EXPECT_TRUE(a.ok());
+    std::vector<float> lg;
+    int32_t at = 0;
+    for (int32_t cut : cuts) {
+      const KvAppend app{a->seq, std::span(prompt).subspan(at, cut - at)};
+      EXPECT_TRUE(store->reserve(std::span<const KvAppend>(&app, 1))->fits());
+      BatchEntry e;
+      e.seq = a->seq;
+      e.tokens = app.tokens;
+      const Status st = r->run(std::span<const BatchEntry>(&e, 1), lg);
+      EXPECT_TRUE(st.ok()) << st.message();
+      at = cut;
+    }
+    EXPECT_TRUE(store->free_sequence(a->seq).ok());
+    return lg;
+  };
+  const std::vector<float> logits = run_chunks({512, 1024, 1536, 1800});
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), V);
+  EXPECT_EQ(argmax(logits), argmax(last));
+  const float d = rel_diff(last, logits);
+  std::printf("Qwen YaRN x4, GPU vs CPU logits, last of 1800 prompt tokens: %.4f\n", d);
+  EXPECT_LT(d, 0.05f);
+  const float step = rel_diff(logits, run_chunks({512, 1024, 1536, 1799, 1800}));
+  std::printf("Qwen YaRN x4, GPU decode step vs GPU prefill chunk: %.5f\n", step);
+  EXPECT_LT(step, 0.01f);
+  r.reset();
+
+  const std::vector<int32_t> code = model->tokenizer->encode(
+      "# Python: the n-th Fibonacci number\ndef fibonacci(n):\n", true, false);
+  auto e = gpu_engine(model, 1);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(gpu_greedy(*e, code, 12, nullptr), cpu_greedy(*model, code, 12, nullptr));
+  std::vector<int32_t> tail(prompt.begin(), prompt.begin() + 1200);
+  EXPECT_EQ(gpu_greedy(*e, tail, 8, nullptr), cpu_greedy(*model, tail, 8, nullptr));
 }
 
 // What the GPU cannot run is refused by knob value, naming the knob and the backend.

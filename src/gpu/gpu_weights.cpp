@@ -1,5 +1,6 @@
 // The model's weights on the device: matrices dequantized to bf16 (Q/K/V and gate/up stacked
-// so that one GEMM computes each group), norms and biases as fp32.
+// so that one GEMM computes each group), norms and biases as fp32, and each layer's RoPE
+// pair frequencies (RopeScaling::inv_freqs: YaRN / linear scaling as on the CPU) as fp64.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -114,6 +115,14 @@ Status upload_weights(const Model& m, DevMem& mem, GpuWeights& g) {
       if (L.bv) std::copy(L.bv, L.bv + hp.kv_dim(), b.begin() + hp.q_dim() + hp.kv_dim());
       SIEVE_TRY(
           upload_vec(mem, G.bqkv, b.data(), static_cast<int64_t>(b.size()), "attention biases"));
+    }
+    {  // RoPE: each pair's angle per position, the CPU's numbers (scaling included)
+      std::vector<double> f(static_cast<size_t>(std::max(hp.n_rot / 2, 1)), 0.0);
+      hp.rope_scaling.inv_freqs(hp.n_rot, hp.rope_base[il], f.data());
+      SIEVE_TRY(mem.alloc_to(G.rope_inv_freq, static_cast<int64_t>(f.size()), "RoPE frequencies"));
+      SIEVE_TRY(cuda_check(
+          cudaMemcpy(G.rope_inv_freq, f.data(), f.size() * sizeof(double), cudaMemcpyHostToDevice),
+          "RoPE frequencies"));
     }
     struct V {
       float** dst;

@@ -163,11 +163,7 @@ void rope_qk(float* q, int n_q_heads, float* k, int n_k_heads, const int32_t* po
   // inv_freq[i] = base^(-2i/n_rot) (times the scaling's pair factor); the angle is formed in
   // double so that positions in the hundreds of thousands keep their precision.
   double inv_freq[512];
-  float factor[512];
-  scaling.pair_factors(n_rot, base, factor);
-  for (int i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(base), -2.0 * i / n_rot) * factor[i];
-  }
+  scaling.inv_freqs(n_rot, base, inv_freq);
   float cs[512], sn[512];
   for (int64_t t = 0; t < n_tok; ++t) {
     for (int i = 0; i < half; ++i) {
@@ -195,11 +191,7 @@ void add_bias(float* x, const float* bias, int64_t n_rows, int64_t n) {
 RopeRotator::RopeRotator(int head_dim, int n_rot, float base, RopeMode mode,
                          const RopeScaling& scaling)
     : head_dim_(head_dim), half_(n_rot / 2), base_(base), mode_(mode), inv_freq_(n_rot / 2) {
-  std::vector<float> factor(half_);
-  scaling.pair_factors(n_rot, base, factor.data());
-  for (int i = 0; i < half_; ++i) {
-    inv_freq_[i] = std::pow(static_cast<double>(base_), -1.0 * i / half_) * factor[i];
-  }
+  scaling.inv_freqs(n_rot, base, inv_freq_.data());
   lo_cos_.resize(1024 * static_cast<size_t>(half_));
   lo_sin_.resize(lo_cos_.size());
   fill(lo_cos_.data(), lo_sin_.data(), 0, 1024, 1);

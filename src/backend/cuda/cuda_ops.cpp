@@ -278,6 +278,8 @@ Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc) {
     return make_error("{}: {} heads of dim {} (dim 1..256)", who, p.n_q_heads, p.head_dim);
   if (p.n_rot < 0 || p.n_rot > p.head_dim || p.n_rot % 2 != 0)
     return make_error("{}: n_rot {} with head_dim {}", who, p.n_rot, p.head_dim);
+  if (p.n_rot > 0 && !p.inv_freq)
+    return make_error("{}: inv_freq (the RoPE pairs' angles per position) must be set", who);
   if (p.n_sink < 0 || p.n_window < 0 || p.max_gap < 0)
     return make_error("{}: n_sink {}, n_window {}, max_gap {}", who, p.n_sink, p.n_window,
                       p.max_gap);

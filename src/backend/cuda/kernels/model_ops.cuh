@@ -3,7 +3,9 @@
 // fused QKV projection, SwiGLU / GeGLU, residual add. The residual stream stays fp32;
 // matmul inputs are bf16 (what cuBLAS reads), matmul outputs fp32. Conventions follow the
 // CPU reference (backend/cpu/ops.cpp): RMSNorm x / sqrt(mean(x^2) + eps) * w, RoPE angle
-// pos * base^(-2i / n_rot) formed in double, NORM mode rotates (2i, 2i+1), NEOX (i, i + n_rot/2).
+// pos * inv_freq[i] formed in double (inv_freq from the host: base^(-2i / n_rot) times the
+// scaling's pair factor, RopeScaling::inv_freqs), NORM mode rotates (2i, 2i+1), NEOX
+// (i, i + n_rot/2).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -95,7 +97,7 @@ __global__ void qkv_rope_kernel(qkv_rope_params p) {
   const double pos = static_cast<double>(p.pos[t]);
   for (int j = threadIdx.x; j < nh * half; j += blockDim.x) {
     const int h = j / half, i = j % half;
-    const double ang = pos * pow(static_cast<double>(p.base), -2.0 * i / p.n_rot);
+    const double ang = pos * p.inv_freq[i];
     double sn, cs;
     sincos(ang, &sn, &cs);
     const float c = static_cast<float>(cs), s = static_cast<float>(sn);

@@ -264,8 +264,8 @@ struct sel_cache_params {
   const int32_t* pos = nullptr;      // the query's position
   const int32_t* seq_len = nullptr;  // tokens held, the query included
   int32_t n_q_heads = 0, head_dim = 0, n_rot = 0;
-  float rope_base = 10000.f;
-  bool neox = false;  // RoPE pairs (i, i + n_rot/2), else (2i, 2i+1)
+  const double* inv_freq = nullptr;  // [n_rot / 2] RoPE angle per position of pair i (qkv_rope's)
+  bool neox = false;                 // RoPE pairs (i, i + n_rot/2), else (2i, 2i+1)
   float theta = 0.9f;
   int32_t n_sink = 0, n_window = 0;  // the token set's: picks lie in [n_sink, len - 1 - n_window)
   float* fp = nullptr;               // [head_dim] the layer's stored fingerprint

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(sel_cache_threads) sel_cache_kernel(const sel_
       first = p.neox ? c < half : (c % 2 == 0);
       a = p.neox ? i : 2 * i;
       b = p.neox ? i + half : 2 * i + 1;
-      const double ang = -pos * pow(static_cast<double>(p.rope_base), -2.0 * i / p.n_rot);
+      const double ang = -pos * p.inv_freq[i];
       double sn, cs;
       sincos(ang, &sn, &cs);
       float acc = 0.f;

@@ -25,6 +25,7 @@ cudaError_t launch_rms_norm(const float* x, const float* w, float eps, int32_t n
 
 cudaError_t launch_qkv_rope(const qkv_rope_params& p, int32_t n_tok, cudaStream_t s) {
   if (n_tok <= 0) return cudaSuccess;
+  if (p.n_rot > 0 && p.inv_freq == nullptr) return cudaErrorInvalidValue;
   const size_t smem = static_cast<size_t>(p.n_head + p.n_kv) * p.head_dim * sizeof(float);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(

@@ -74,13 +74,14 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
 }
 
 Status gpu_check_length(const GpuPolicy& pol, const ModelHParams& hp, int64_t len) {
-  if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_train) {
+  // the CPU switches past n_ctx_max() (sparse_seq.cpp): with YaRN, the stretched context
+  if (pol.sparse && pol.compact_beyond_train && len > hp.n_ctx_max()) {
     return make_error(
         "the sequence would reach {} tokens, past the {} the model was trained with: tokenselect "
         "switches to "
         "compact positions there (positions=auto), which the CUDA backend does not run; use --set "
         "positions=original to keep original positions on the GPU, or --backend cpu",
-        len, hp.n_ctx_train);
+        len, hp.n_ctx_max());
   }
   return {};
 }

@@ -1,10 +1,33 @@
 #include "eval/matrix.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <thread>
 
 #include "eval/eval_rng.h"
 
 namespace sieve::eval {
+
+std::string rope_model_suffix(const RopeScaling& file, const ModelHParams& hp) {
+  const RopeScaling& r = hp.rope_scaling;
+  const bool same = r.type == file.type && r.factor == file.factor &&
+                    r.n_ctx_orig == file.n_ctx_orig && r.ext_factor == file.ext_factor &&
+                    r.attn_factor == file.attn_factor && r.beta_fast == file.beta_fast &&
+                    r.beta_slow == file.beta_slow;
+  if (same) return "";
+  if (!r.active()) return "+norope-scaling";
+  const bool yarn = r.type == RopeScalingType::yarn;
+  std::string t = fmt::format("+{}{:g}", yarn ? "yarn" : "linear", r.factor);
+  if (r.n_ctx_orig != hp.n_ctx_train) t += fmt::format("/{}", r.n_ctx_orig);
+  const RopeScaling d;  // the other defaults; ext_factor is 1 for YaRN, 0 for linear
+  if (r.ext_factor != (yarn ? 1.0f : 0.0f) || r.attn_factor != d.attn_factor ||
+      r.beta_fast != d.beta_fast || r.beta_slow != d.beta_slow) {
+    t += fmt::format(":ext{:g}:attn{:g}:beta{:g}/{:g}", r.ext_factor, r.attn_factor, r.beta_fast,
+                     r.beta_slow);
+  }
+  return t;
+}
 
 Status validate_spec(const MatrixSpec& spec) {
   if (spec.tasks.empty()) return make_error("no tasks to run; give --tasks (e.g. ruler,ib,niah)");
@@ -101,60 +124,100 @@ Result<std::vector<SampleRecord>> run_matrix(const MatrixSpec& spec, const RunId
   }
   if (ev.planned) ev.planned(static_cast<int64_t>(plan.size()), done, work);
 
-  std::vector<SampleRecord> out;
+  // Missing samples run in windows of up to max_parallel(), in plan order; their records are
+  // appended in plan order once the window is done (a failed one stops the run after the
+  // window's finished samples are stored).
+  std::vector<std::optional<SampleRecord>> recs(plan.size());
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (const SampleRecord* r = store.find(record_key(plan[i].key))) {
+      recs[i] = *r;
+    } else {
+      missing.push_back(i);
+    }
+  }
+  const size_t window = static_cast<size_t>(std::max<int32_t>(1, runner.max_parallel()));
   std::string last_group;
   const auto render = [&](const TaskText& t) { return enc.render(t); };
-  for (const Planned& p : plan) {
-    const std::string key = record_key(p.key);
-    if (const SampleRecord* r = store.find(key)) {
-      out.push_back(*r);
-      continue;
+  struct Job {
+    size_t at = 0;
+    FittedSample fitted;
+    Result<Completion> done = make_error("not run");
+  };
+  for (size_t w0 = 0; w0 < missing.size(); w0 += window) {
+    std::vector<Job> jobs;
+    for (size_t j = w0; j < std::min(missing.size(), w0 + window); ++j) {
+      const Planned& p = plan[missing[j]];
+      const std::string group = fmt::format("{}|{}|{}", p.key.policy, p.spec.task, p.spec.ctx);
+      if (group != last_group && ev.group_started)
+        ev.group_started(p.key.policy, p.spec.task, p.spec.ctx);
+      last_group = group;
+      auto fitted = fit_sample(*p.task, p.spec, tc, render);
+      if (!fitted)
+        return make_error("{} at {} tokens: {}", p.spec.task, p.spec.ctx, fitted.message());
+      jobs.push_back({missing[j], std::move(*fitted), make_error("not run")});
     }
-    const std::string group = fmt::format("{}|{}|{}", p.key.policy, p.spec.task, p.spec.ctx);
-    if (group != last_group && ev.group_started)
-      ev.group_started(p.key.policy, p.spec.task, p.spec.ctx);
-    last_group = group;
-
-    auto fitted = fit_sample(*p.task, p.spec, tc, render);
-    if (!fitted)
-      return make_error("{} at {} tokens: {}", p.spec.task, p.spec.ctx, fitted.message());
-    CompletionRequest req;
-    req.tokens = fitted->prompt.tokens;
-    req.text = fitted->prompt.text;
-    req.max_new_tokens = fitted->max_new_tokens;
-    req.policy = p.policy;
-    req.stop_at_newline = spec.stop_at_newline;
-    auto c = runner.complete(req);
-    if (!c)
-      return make_error("{} ({} tokens, policy {}): {}", p.key.id, fitted->prompt.tokens.size(),
-                        p.key.policy, c.message());
-
-    SampleRecord r = p.key;
-    r.depth = fitted->text.depth;
-    r.units = fitted->units;
-    r.pad = fitted->pad;
-    r.prompt_tokens = static_cast<int64_t>(fitted->prompt.tokens.size());
-    uint64_t h = fnv1a64("");
-    for (int32_t t : fitted->prompt.tokens) {
-      h = fnv1a64(std::string_view(reinterpret_cast<const char*>(&t), sizeof t), h);
+    auto run_one = [&](Job& job) {
+      const Planned& p = plan[job.at];
+      CompletionRequest req;
+      req.tokens = job.fitted.prompt.tokens;
+      req.text = job.fitted.prompt.text;
+      req.max_new_tokens = job.fitted.max_new_tokens;
+      req.policy = p.policy;
+      req.stop_at_newline = spec.stop_at_newline;
+      job.done = runner.complete(req);
+    };
+    if (jobs.size() == 1) {
+      run_one(jobs[0]);
+    } else {
+      std::vector<std::thread> threads;
+      threads.reserve(jobs.size());
+      for (Job& job : jobs) threads.emplace_back(run_one, std::ref(job));
+      for (std::thread& t : threads) t.join();
     }
-    r.prompt_hash = fmt::format("{:016x}", h);
-    r.answers = fitted->text.answers;
-    r.output = c->text;
-    r.score = score(p.task->info().metric, c->text, r.answers);
-    r.prefill_tokens = c->prefill_tokens;
-    r.reused_tokens = c->reused_tokens;
-    r.completion_tokens = c->completion_tokens;
-    r.prefill_ms = c->prefill_ms;
-    r.decode_ms = c->decode_ms;
-    r.selected_fraction = c->selected_fraction;
-    r.mean_selected = c->mean_selected;
-    r.policy_ran = c->policy;
-    r.finished_at = utc_now_iso();
-    SIEVE_TRY(store.append(r));
-    if (ev.sample_done) ev.sample_done(r, p.spec.ctx);
-    out.push_back(std::move(r));
+    std::optional<Error> failed;
+    for (Job& job : jobs) {
+      const Planned& p = plan[job.at];
+      const FittedSample& fitted = job.fitted;
+      if (!job.done) {
+        if (!failed) {
+          failed = make_error("{} ({} tokens, policy {}): {}", p.key.id,
+                              fitted.prompt.tokens.size(), p.key.policy, job.done.message());
+        }
+        continue;
+      }
+      const Completion& c = *job.done;
+      SampleRecord r = p.key;
+      r.depth = fitted.text.depth;
+      r.units = fitted.units;
+      r.pad = fitted.pad;
+      r.prompt_tokens = static_cast<int64_t>(fitted.prompt.tokens.size());
+      uint64_t h = fnv1a64("");
+      for (int32_t t : fitted.prompt.tokens) {
+        h = fnv1a64(std::string_view(reinterpret_cast<const char*>(&t), sizeof t), h);
+      }
+      r.prompt_hash = fmt::format("{:016x}", h);
+      r.answers = fitted.text.answers;
+      r.output = c.text;
+      r.score = score(p.task->info().metric, c.text, r.answers);
+      r.prefill_tokens = c.prefill_tokens;
+      r.reused_tokens = c.reused_tokens;
+      r.completion_tokens = c.completion_tokens;
+      r.prefill_ms = c.prefill_ms;
+      r.decode_ms = c.decode_ms;
+      r.selected_fraction = c.selected_fraction;
+      r.mean_selected = c.mean_selected;
+      r.policy_ran = c.policy;
+      r.finished_at = utc_now_iso();
+      SIEVE_TRY(store.append(r));
+      if (ev.sample_done) ev.sample_done(r, p.spec.ctx);
+      recs[job.at] = std::move(r);
+    }
+    if (failed) return *failed;
   }
+  std::vector<SampleRecord> out;
+  out.reserve(plan.size());
+  for (auto& r : recs) out.push_back(std::move(*r));
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "eval/records.h"
 #include "eval/runner.h"
 #include "eval/task.h"
+#include "model/hparams.h"
 
 namespace sieve::eval {
 
@@ -44,10 +45,20 @@ struct MatrixEvents {
       group_started;
 };
 
+// What RoPE flags changed from the model file's scaling, as a suffix of the recorded model
+// name: "" when the scaling is the file's, "+yarn4" (YaRN x4 from the training context),
+// "+linear2/4096" (another original context), ":ext..:attn..:beta../.." appended when those
+// differ from the flags' defaults, "+norope-scaling" when the flags turned the file's off. A
+// run under YaRN is another model's samples: resuming never takes one for the other and the
+// reports keep them apart.
+std::string rope_model_suffix(const RopeScaling& file, const ModelHParams& hp);
+
 // Checks names, lengths, policies and counts; errors name the bad value.
 Status validate_spec(const MatrixSpec& spec);
 
 // Runs what is missing and returns every record of the matrix (old and new), in plan order.
+// With runner.max_parallel() = K > 1, up to K missing samples (in plan order) run at once, each
+// complete() on its own thread; their records are stored in plan order when all K are done.
 Result<std::vector<SampleRecord>> run_matrix(const MatrixSpec& spec, const RunIdentity& id,
                                              const TaskContext& tc, const PromptEncoder& enc,
                                              Runner_i& runner, SampleStore& store,

@@ -3,10 +3,13 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <regex>
 
 #include "eval/eval_test_util.h"
@@ -300,6 +303,117 @@ TEST(Matrix, RunsMissingSamplesAndSkipsFinishedOnes) {
     }
   }
   fs::remove_all(dir);
+}
+
+// Serves up to 4 complete() calls at once (a batching engine): each call waits until 4 have
+// been in flight together (or 2 s), answers the passkey from the prompt, and the call numbered
+// fail_call (1-based, 0: none) fails.
+class ParallelRunner final : public Runner_i {
+ public:
+  Result<Completion> complete(const CompletionRequest& r) override {
+    int n = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      n = ++calls;
+      peak = std::max(peak, ++in_flight_);
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(2), [&] { return peak >= 4; });
+      --in_flight_;
+    }
+    if (n == fail_call) return make_error("scripted failure");
+    Completion c;
+    const std::string p(r.text);
+    std::smatch sm;
+    c.text = std::regex_search(p, sm, std::regex("The pass key is ([0-9]{5})\\."))
+                 ? " " + sm[1].str() + "."
+                 : std::string(" nothing");
+    c.prompt_tokens = c.prefill_tokens = static_cast<int64_t>(r.tokens.size());
+    c.completion_tokens = 2;
+    c.policy = policy_label(r.policy);
+    return c;
+  }
+  std::string backend() const override { return "parallel"; }
+  int32_t max_parallel() const override { return 4; }
+  int calls = 0, peak = 0, fail_call = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+};
+
+TEST(Matrix, ParallelRunnerGetsConcurrentRequestsAndRecordsKeepPlanOrder) {
+  const fs::path dir = temp_dir("matrix_parallel");
+  testing::WordTokenizer tok;
+  const PromptEncoder enc(tok, PromptFormat::raw);
+  MatrixSpec spec;
+  spec.tasks = {"passkey", "vt"};
+  spec.lengths = {1024, 2048};
+  spec.policies = {std::make_shared<const PolicyConfig>(*make_policy("dense"))};
+  spec.n = 3;
+  // the one-at-a-time order and outputs
+  auto serial_store = SampleStore::open((dir / "serial.jsonl").string());
+  ASSERT_TRUE(serial_store.ok());
+  ScriptedRunner serial([](std::string_view prompt) {
+    const std::string p(prompt);
+    std::smatch sm;
+    if (std::regex_search(p, sm, std::regex("The pass key is ([0-9]{5})\\.")))
+      return " " + sm[1].str() + ".";
+    return std::string(" nothing");
+  });
+  auto want = run_matrix(spec, RunIdentity{"m.gguf", "x"}, {}, enc, serial, **serial_store);
+  ASSERT_TRUE(want.ok()) << want.message();
+
+  // the 6th call fails: the windows before it and the rest of its window are stored
+  auto store = SampleStore::open((dir / "samples.jsonl").string());
+  ASSERT_TRUE(store.ok());
+  ParallelRunner runner;
+  runner.fail_call = 6;
+  const RunIdentity id{"m.gguf", "x"};
+  auto failed = run_matrix(spec, id, {}, enc, runner, **store);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("scripted failure"), std::string::npos) << failed.message();
+  EXPECT_EQ(runner.calls, 8);  // two windows of 4
+  EXPECT_EQ((*store)->records().size(), 7u);
+  EXPECT_EQ(runner.peak, 4);
+  // resumed: the 5 missing run; every record equals the serial run's, in plan order
+  runner.fail_call = 0;
+  auto got = run_matrix(spec, id, {}, enc, runner, **store);
+  ASSERT_TRUE(got.ok()) << got.message();
+  EXPECT_EQ(runner.calls, 13);
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].id, (*want)[i].id);
+    EXPECT_EQ((*got)[i].output, (*want)[i].output) << (*got)[i].id;
+    EXPECT_EQ((*got)[i].prompt_hash, (*want)[i].prompt_hash) << (*got)[i].id;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Matrix, RopeFlagsNameTheRecordedModel) {
+  ModelHParams hp;
+  hp.n_ctx_train = 32768;
+  const RopeScaling file;  // a GGUF without rope.scaling (Qwen2.5)
+  EXPECT_EQ(rope_model_suffix(file, hp), "");
+  RopeScaling y;
+  y.type = RopeScalingType::yarn;
+  y.factor = 4;
+  y.n_ctx_orig = 32768;
+  y.ext_factor = 1;
+  hp.rope_scaling = y;
+  EXPECT_EQ(rope_model_suffix(file, hp), "+yarn4");
+  EXPECT_EQ(rope_model_suffix(y, hp), "") << "the file's own scaling names nothing";
+  hp.rope_scaling.n_ctx_orig = 16384;
+  hp.rope_scaling.beta_fast = 16;
+  EXPECT_EQ(rope_model_suffix(file, hp), "+yarn4/16384:ext1:attn1:beta16/1");
+  RopeScaling lin;
+  lin.type = RopeScalingType::linear;
+  lin.factor = 2;
+  lin.n_ctx_orig = 32768;
+  hp.rope_scaling = lin;
+  EXPECT_EQ(rope_model_suffix(file, hp), "+linear2");
+  hp.rope_scaling = RopeScaling{};
+  EXPECT_EQ(rope_model_suffix(y, hp), "+norope-scaling");
 }
 
 TEST(Matrix, SpecValidationNamesTheBadValue) {

@@ -55,6 +55,9 @@ class Runner_i {
   virtual Result<Completion> complete(const CompletionRequest& r) = 0;
   // "local" or the server URL, recorded with every sample.
   virtual std::string backend() const = 0;
+  // How many complete() calls the runner serves at once, each from its own thread (an engine
+  // that batches concurrent requests, as on the GPU); 1: one at a time, never concurrently.
+  virtual int32_t max_parallel() const { return 1; }
 };
 
 struct LocalRunnerOptions {

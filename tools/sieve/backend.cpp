@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "core/log.h"
+
 #ifdef SIEVE_HAVE_CUDA
 #include "engine/engine_generate.h"
 #include "gpu/cuda_runner.h"
@@ -44,10 +48,10 @@ GpuRunner::GpuRunner(const Model& model, int32_t n_ctx, const Options& opt)
   impl_->model = &model;
   EngineConfig ec;
   ec.n_ctx = n_ctx;
-  ec.max_running = 1;
+  ec.max_running = std::max(1, opt.max_running);
   ec.max_batch_tokens = 512;
   ec.prefix_cache = opt.prefix_cache;
-  ec.max_step_ms = 0;  // one request at a time: steps sized by tokens, as measured
+  ec.max_step_ms = 0;  // steps sized by tokens, as measured
   CudaRunner::Options ro;
   ro.mem_fraction = opt.mem_fraction;
   ec.runner_factory = cuda_runner_factory(ro);
@@ -75,12 +79,35 @@ std::string GpuRunner::device() const {
                      impl_->runner->device_name(), impl_->runner->weight_bytes() / 1073741824.0,
                      impl_->runner->kv_pool_bytes() / 1073741824.0);
 }
+int32_t GpuRunner::kv_fits(int32_t n_tokens) const {
+  const int64_t per_token = impl_->engine->kv_stats().bytes_per_token_full;
+  if (per_token <= 0 || n_tokens <= 0) return 1;
+  // a page of slack per sequence (prompts rarely end on a page boundary)
+  const int64_t per_seq = per_token * (static_cast<int64_t>(n_tokens) + 16);
+  return static_cast<int32_t>(std::max<int64_t>(1, impl_->runner->kv_pool_bytes() / per_seq));
+}
+
 namespace {
+GpuRunner::Options eval_options(int32_t concurrency) {
+  GpuRunner::Options o;
+  o.max_running = std::max(1, concurrency);
+  return o;
+}
+
+// complete() is called from up to max_parallel() threads at once (eval::run_matrix); each
+// call is one request of the engine, which batches them in its steps.
 class GpuEvalRunner final : public eval::Runner_i {
  public:
-  GpuEvalRunner(const Model& model, int32_t n_ctx)
-      : model_(model), gpu_(model, n_ctx, {}), n_ctx_(n_ctx) {}
+  GpuEvalRunner(const Model& model, int32_t n_ctx, int32_t concurrency)
+      : model_(model), gpu_(model, n_ctx, eval_options(concurrency)), n_ctx_(n_ctx) {
+    parallel_ = std::min(std::max(1, concurrency), gpu_.kv_fits(n_ctx));
+    if (parallel_ < concurrency) {
+      log_info("eval: {} samples at once ({} sequences of {} tokens fill the KV pool)", parallel_,
+               parallel_, n_ctx);
+    }
+  }
   std::string backend() const override { return "cuda"; }
+  int32_t max_parallel() const override { return parallel_; }
   Result<eval::Completion> complete(const eval::CompletionRequest& r) override {
     SIEVE_TRY(eval::check_request(r, n_ctx_));
     GenerateOptions g;
@@ -105,14 +132,16 @@ class GpuEvalRunner final : public eval::Runner_i {
   const Model& model_;
   GpuRunner gpu_;
   int32_t n_ctx_;
+  int32_t parallel_ = 1;
 };
 }  // namespace
 
-std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx) {
-  return std::make_unique<GpuEvalRunner>(model, n_ctx);
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx,
+                                                     int32_t concurrency) {
+  return std::make_unique<GpuEvalRunner>(model, n_ctx, concurrency);
 }
 #else
-std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t) {
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t, int32_t) {
   throw UserError(k_no_cuda_error);
 }
 struct GpuRunner::Impl {};
@@ -126,6 +155,9 @@ GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOption
 }
 std::string GpuRunner::device() const {
   return "cuda";
+}
+int32_t GpuRunner::kv_fits(int32_t) const {
+  return 1;
 }
 #endif
 

@@ -33,6 +33,7 @@ class GpuRunner {
   struct Options {
     bool prefix_cache = true;  // false: every request prefills its whole prompt (benchmarks)
     double mem_fraction = 0.9;
+    int32_t max_running = 1;  // sequences the engine runs together (generate() from threads)
   };
   GpuRunner(const Model& model, int32_t n_ctx, const Options& opt);
   ~GpuRunner();
@@ -40,13 +41,18 @@ class GpuRunner {
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& g,
                          const std::function<bool(int32_t)>& on_token);
   std::string device() const;  // "NVIDIA H200, 0.27 GiB of bf16 weights, ..."
+  // How many sequences of n_tokens each the KV pool holds at once (at least 1).
+  int32_t kv_fits(int32_t n_tokens) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// sieve eval --backend cuda: greedy completions on the GPU, one sample at a time.
-std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx);
+// sieve eval --backend cuda: greedy completions on the GPU; up to `concurrency` samples run at
+// once through the engine (batched steps), fewer when that many n_ctx-token sequences do not
+// fit the KV pool (max_parallel()).
+std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx,
+                                                     int32_t concurrency);
 
 }  // namespace sieve::cli

@@ -51,9 +51,23 @@ struct EvalOptions {
   bool stop_newline = false;
   bool prompts_only = false;
   int32_t batch = 512;
+  int32_t concurrency = 32;  // --backend cuda: samples in flight at once
   std::string data_dir;
   bool list_tasks = false;
 };
+
+// The RoPE flags as given (for runs.log and the reports' command line).
+std::string rope_flags(const ModelOptions& r) {
+  std::string c;
+  if (!r.rope_scaling.empty()) c += " --rope-scaling " + r.rope_scaling;
+  if (r.rope_scale > 0) c += fmt::format(" --rope-scale {:g}", r.rope_scale);
+  if (r.yarn_orig_ctx > 0) c += fmt::format(" --yarn-orig-ctx {}", r.yarn_orig_ctx);
+  if (r.yarn_ext_factor >= 0) c += fmt::format(" --yarn-ext-factor {:g}", r.yarn_ext_factor);
+  if (r.yarn_attn_factor >= 0) c += fmt::format(" --yarn-attn-factor {:g}", r.yarn_attn_factor);
+  if (r.yarn_beta_fast >= 0) c += fmt::format(" --yarn-beta-fast {:g}", r.yarn_beta_fast);
+  if (r.yarn_beta_slow >= 0) c += fmt::format(" --yarn-beta-slow {:g}", r.yarn_beta_slow);
+  return c;
+}
 
 // "4K" / "4k" -> 4096, "4096" -> 4096, "1M" -> 1048576.
 int32_t parse_length(const std::string& s) {
@@ -95,7 +109,9 @@ std::string command_line(const EvalOptions& o) {
   for (double x : o.depths) d += (d.empty() ? "" : ",") + fmt::format("{:g}", x);
   if (d != "0,25,50,75,100") c += " --depths " + d;
   if (o.chat) c += " --chat";
+  c += rope_flags(o.rope);
   if (o.backend != "cpu") c += " --backend " + o.backend;
+  if (o.backend == "cuda") c += " --concurrency " + std::to_string(o.concurrency);
   if (!o.server.empty()) c += " --server " + o.server;
   if (!o.server_model.empty()) c += " --server-model " + o.server_model;
   if (o.no_sieve_field) c += " --no-sieve-field";
@@ -301,6 +317,7 @@ int run(EvalOptions& o) {
     const std::string path = resolve_model(m, m.empty() || find_known_model(m));
     auto model = load_model(path);
     if (!model) throw UserError(model.message());
+    const RopeScaling file_rope = (*model)->hp.rope_scaling;
     apply_rope_flags(o.rope, **model);
     const Model& mdl = **model;
     if (max_len > mdl.hp.n_ctx_max()) {
@@ -321,7 +338,7 @@ int run(EvalOptions& o) {
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<eval::Runner_i> runner;
     eval::RunIdentity id;
-    id.model = fs::path(path).filename().string();
+    id.model = fs::path(path).filename().string() + eval::rope_model_suffix(file_rope, mdl.hp);
     if (!o.server.empty()) {
       eval::ServerRunnerOptions so;
       so.url = o.server;
@@ -333,7 +350,7 @@ int run(EvalOptions& o) {
       runner = std::move(*r);
       if (!o.server_model.empty()) id.model = o.server_model;
     } else if (o.backend == "cuda") {
-      runner = make_gpu_eval_runner(mdl, max_len);
+      runner = make_gpu_eval_runner(mdl, max_len, o.concurrency);
     } else {
       pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : hardware_threads());
       eval::LocalRunnerOptions lo;
@@ -452,6 +469,11 @@ std::function<int()> setup(CLI::App& app) {
                "stop each answer at its first line break (faster on CPU; recorded, and kept apart "
                "in reports)");
   app.add_option("--batch", o->batch, "prefill chunk size")->check(CLI::Range(1, 65536));
+  app.add_option("--concurrency", o->concurrency,
+                 "--backend cuda: samples run at once through the engine (batched on the GPU; "
+                 "fewer when their KV does not fit)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--data-dir", o->data_dir,
                  "directory holding haystack/essays.txt (default: the repository's data/)");
   app.add_flag("--list-tasks", o->list_tasks, "list the tasks and exit");

@@ -5,16 +5,20 @@
 #      (bench/server_load.py: streamed, greedy, ignore_eos) at each clients x prompt point:
 #      output tokens/s, TTFT and inter-token latency p50/p99
 # The binaries are built elsewhere: SIEVE (the sieve binary), LLAMA_BIN (a llama.cpp CUDA build's
-# bin/ with llama-server and llama-bench). Results go to OUT_DIR as JSON lines plus a log.
+# bin/ with llama-server and llama-bench). MODEL: the GGUF both run, by default
+# Qwen2.5-Coder-1.5B Q4_K_M from the model cache (scripts/gpu_model.sh: parts MODEL.part-* are
+# joined first). Results go to OUT_DIR as JSON lines plus a log.
 #
-#   SIEVE=... LLAMA_BIN=... MODEL=... scripts/gpu_serve_bench.sh OUT_DIR
+#   SIEVE=... LLAMA_BIN=... [MODEL=...] scripts/gpu_serve_bench.sh OUT_DIR
 # Env: CLIENTS="1 8 32", PROMPTS="8192 32768", MAX_TOKENS=64, DEPTHS="8192,32768", SKIP_SERVE=1,
 #      SKIP_DECODE=1, SKIP_LLAMA=1
 set -uo pipefail
 OUT_DIR=${1:?usage: scripts/gpu_serve_bench.sh OUT_DIR}
 mkdir -p "$OUT_DIR"
 cd "$(dirname "$0")/.."
-: "${SIEVE:?set SIEVE}" "${MODEL:?set MODEL}"
+: "${SIEVE:?set SIEVE}"
+. scripts/gpu_model.sh
+gpu_model_resolve || exit 1
 LLAMA_BIN=${LLAMA_BIN:-}
 CLIENTS=${CLIENTS:-1 8 32}
 PROMPTS=${PROMPTS:-8192 32768}

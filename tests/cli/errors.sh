@@ -44,6 +44,8 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
   fi
 fi
 expect_user_error bad-backend "tpu not in" "$SIEVE" run -m "$tmp/no-such.gguf" --backend tpu -p hi
+expect_user_error eval-concurrency "concurrency" "$SIEVE" eval --concurrency 0 -o "$tmp/ev"
+expect_user_error eval-rope "rope-scaling" "$SIEVE" eval --rope-scaling longrope -o "$tmp/ev"
 printf 'GGUF' >"$tmp/short.gguf"
 expect_user_error truncated-header "short.gguf" "$SIEVE" inspect "$tmp/short.gguf"
 printf 'NOPE0000000000000000000000000000' >"$tmp/magic.gguf"

@@ -338,7 +338,8 @@ int run(EvalOptions& o) {
     std::unique_ptr<ThreadPool> pool;
     std::unique_ptr<eval::Runner_i> runner;
     eval::RunIdentity id;
-    id.model = fs::path(path).filename().string() + eval::rope_model_suffix(file_rope, mdl.hp);
+    id.model = fs::path(path).filename().string();
+    if (o.server.empty()) id.model += eval::rope_model_suffix(file_rope, mdl.hp);
     if (!o.server.empty()) {
       eval::ServerRunnerOptions so;
       so.url = o.server;

@@ -323,5 +323,57 @@ TEST(CudaPolicy, PresetsTheGpuLacksAreRefusedByKnob) {
   EXPECT_NE(g.message().find("aggregation=hard_vote"), std::string::npos) << g.message();
 }
 
+// The knob values land in the GPU policy as the CPU reads them (no device needed).
+TEST(CudaPolicy, KnobsMapToTheGpuPolicy) {
+  auto gp = [](std::string_view preset, std::vector<std::string> knobs,
+               const ModelHParams* hp = nullptr) {
+    auto p = make_policy(preset, knobs);
+    EXPECT_TRUE(p.ok()) << p.message();
+    return gpu_policy_from(*p, hp);
+  };
+  auto st = gp("streaming", {"sinks=16", "local=256"});
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(st->scorer, GpuScorer::none);
+  EXPECT_EQ(st->threshold, 16 + 256);  // sinks + top_k (0) + local
+  EXPECT_TRUE(st->selection_cache);
+  EXPECT_FALSE(st->selects(272));
+  EXPECT_TRUE(st->selects(273));
+  auto mc = gp("tokenselect", {"min_context=1000", "top_k=1024", "top_p=0.5", "min_keep=32"});
+  ASSERT_TRUE(mc.ok()) << mc.message();
+  EXPECT_EQ(mc->threshold, 1000);
+  EXPECT_EQ(mc->top_p, 0.5f);
+  EXPECT_EQ(mc->min_keep, 32);
+  auto qu = gp("quest", {"top_k=240", "block=24", "top_p=0.9", "pool_kernel=5"});
+  ASSERT_TRUE(qu.ok()) << qu.message();
+  EXPECT_EQ(qu->scorer, GpuScorer::quest);
+  EXPECT_EQ(qu->block, 24);
+  EXPECT_FALSE(qu->layer_vote);
+  EXPECT_FALSE(qu->selection_cache);
+  EXPECT_EQ(qu->top_p, 0.f);  // the CPU's quest takes top blocks only, unpooled
+  EXPECT_EQ(qu->pool, 0);
+  EXPECT_FALSE(gp("quest", {"top_k=8192"}).ok());  // its blocks and two partial ones must fit
+  auto hv = gp("tokenselect", {"aggregation=hard_vote", "pool_kernel=3", "raw_logits=true"});
+  ASSERT_TRUE(hv.ok()) << hv.message();
+  EXPECT_TRUE(hv->hard_vote);
+  EXPECT_EQ(hv->pool, 3);
+  EXPECT_TRUE(hv->raw_logits);
+  EXPECT_FALSE(gp("tokenselect", {"aggregation=raw_sum", "top_p=0.9"}).ok());
+  EXPECT_FALSE(gp("tokenselect", {"top_k=0", "top_p=0.9"}).ok());
+  EXPECT_FALSE(gp("tokenselect", {"block=16"}).ok());
+  EXPECT_FALSE(gp("tokenselect", {"score_positions=none"}).ok());
+  // the sketch kernels take 8, 16 or 32 dimensions
+  ModelHParams hp;
+  hp.n_layer = 2;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = 64;
+  auto sk = gp("sketch", {}, &hp);
+  ASSERT_TRUE(sk.ok()) << sk.message();
+  EXPECT_EQ(sk->scorer, GpuScorer::sketch);
+  auto odd = gp("sketch", {"sketch_dim=12"}, &hp);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("sketch_dim=12"), std::string::npos) << odd.message();
+}
+
 }  // namespace
 }  // namespace sieve

@@ -260,6 +260,18 @@ TEST(CudaPolicy, PooledRawAndGroupScoresMatchTheCpu) {
                                     "scope=group", "pool_kernel=4", "selection_cache=false"}));
 }
 
+TEST(CudaPolicy, BlockGranularityMatchesTheCpu) {
+  REQUIRE_GPU_AND_MODEL();
+  // the top 16 blocks of 16 tokens from the range's start (through the cache: theta -1)
+  expect_matches_cpu(model, policy("tokenselect", {"top_k=256", "sinks=16", "local=64",
+                                                   "prefill=dense", "block=16", "theta=-1"}));
+  // top-p over blocks of 24 per KV head, at least 40 tokens (2 blocks), chunk prefill
+  expect_matches_cpu(
+      model,
+      policy("tokenselect", {"top_k=1024", "top_p=0.5", "min_keep=40", "sinks=16", "local=64",
+                             "prefill=chunk", "block=24", "scope=group", "selection_cache=false"}));
+}
+
 TEST(CudaPolicy, HardVoteMatchesTheCpu) {
   REQUIRE_GPU_AND_MODEL();
   // each head's top 256 votes; the soft vote breaks ties below one vote
@@ -368,7 +380,10 @@ TEST(CudaPolicy, KnobsMapToTheGpuPolicy) {
   EXPECT_TRUE(hv->raw_logits);
   EXPECT_FALSE(gp("tokenselect", {"aggregation=raw_sum", "top_p=0.9"}).ok());
   EXPECT_FALSE(gp("tokenselect", {"top_k=0", "top_p=0.9"}).ok());
-  EXPECT_FALSE(gp("tokenselect", {"block=16"}).ok());
+  auto bl = gp("tokenselect", {"block=16", "top_k=1000"});
+  ASSERT_TRUE(bl.ok()) << bl.message();
+  EXPECT_EQ(bl->block, 16);
+  EXPECT_FALSE(gp("tokenselect", {"block=3", "top_k=8192"}).ok());  // 2731 blocks: 8193 tokens
   EXPECT_FALSE(gp("tokenselect", {"score_positions=none"}).ok());
   // the sketch kernels take 8, 16 or 32 dimensions
   ModelHParams hp;

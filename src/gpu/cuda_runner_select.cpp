@@ -430,7 +430,7 @@ Status CudaRunner::Impl::select_tokens(int il, int32_t b, const bf16* qsel, int3
   const bool ranks = pol.scorer != GpuScorer::none;
   // One launch selects the layer's top-k up to the budget probed at start.
   const bool fused = step_ws != nullptr && ranks && pol.layer_vote && pol.top_k <= k_fused_top_k &&
-                     pol.top_p <= 0.f;
+                     pol.top_p <= 0.f && pol.block == 1;
   // With the cache (decode, scope=layer) the sequence's own row for the layer, wide enough for
   // the tokens a reuse appends; else the shared rows.
   const bool cached = e.decode && pol.selection_cache;
@@ -489,6 +489,52 @@ Status CudaRunner::Impl::select_tokens(int il, int32_t b, const bf16* qsel, int3
   }
   bool hist_done = false;
   SIEVE_TRY(score_rows(il, b, qsel, n_tok, pol, bu, fused, skip, out_rows, hist_done));
+  if (pol.block > 1) {
+    // blocks of `block` tokens from the range's start ranked by their summed scores, as
+    // sparse/select.cpp pick_tokens: the top ceil(top_k / block), or under top_p the fewest
+    // reaching the mass with at least ceil(min_keep / block) and at most top_k / block
+    const int32_t B = pol.block;
+    cuda::block_pick_params bp;
+    bp.scores = out_rows;
+    bp.block_scores = sc_post;
+    bp.stride = score_stride;
+    bp.n_blocks = quest_nblk;
+    bp.n_rows = sel_rows;
+    bp.seq_len = seq_len;
+    bp.lo = bu.lo;
+    bp.tail = bu.tail;
+    bp.block = B;
+    bp.max_len = lim.n_ctx;
+    bp.skip = skip;
+    SIEVE_TRY(cuda::block_sums(bp, lc));
+    cuda::select_params sel;
+    sel.scores = sc_post;
+    sel.score_stride = score_stride;
+    sel.seq_len = quest_nblk;
+    sel.rows_per_seq = sel_rows;
+    sel.n_rows = sel_rows;
+    if (pol.top_p > 0.f) {
+      sel.budget.k_max = pol.top_k / B;
+      sel.budget.k_min = (pol.min_keep + B - 1) / B;
+      sel.budget.top_p = pol.top_p;
+    } else {
+      sel.budget.k_max = (pol.top_k + B - 1) / B;
+    }
+    sel.ws = {sel_ws, rows, cuda::select_max_tiles(lim.n_ctx)};
+    sel.out_idx = quest_idx;
+    sel.out_stride = k_max_top_k;
+    sel.out_count = quest_cnt;
+    sel.skip = skip;
+    SIEVE_TRY(cuda::select(sel, false, lc));
+    bp.blk_idx = quest_idx;
+    bp.blk_stride = k_max_top_k;
+    bp.blk_count = quest_cnt;
+    bp.max_blocks = sel.budget.k_max;
+    bp.out_idx = out_idx;
+    bp.out_stride = out_stride;
+    bp.out_count = out_cnt;
+    return cuda::block_expand(bp, lc);
+  }
   if (fused) {  // (it reads the layer's row, scores' last)
     cuda::step_params st = fused_select_params(pol, bu, seq_len, out_idx, out_stride, out_cnt);
     st.skip = skip;

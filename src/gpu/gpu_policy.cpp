@@ -61,15 +61,14 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p, const ModelHParams* hp)
     return refuse(p, "aggregation", "raw_sum",
                   "top_p takes its mass share of soft votes; raw sums may be negative");
   }
-  if (quest && p.block >= 1 &&
-      (int64_t{p.top_k} + p.block - 1) / p.block * p.block + 2 * p.block > k_gpu_max_top_k) {
+  if (ranks && (p.block > 1 || quest) &&
+      (int64_t{p.top_k} + p.block - 1) / p.block * p.block + (quest ? 2 * p.block : 0) >
+          k_gpu_max_top_k) {
     return refuse(p, "top_k", fmt::format("{}", p.top_k),
-                  fmt::format("a selection row holds {} tokens: quest's blocks of {} and the two "
-                              "partial blocks at the range's ends must fit",
-                              k_gpu_max_top_k, p.block));
+                  fmt::format("a selection row holds {} tokens: the picked blocks of {}{} must fit",
+                              k_gpu_max_top_k, p.block,
+                              quest ? " and the two partial blocks at the range's ends" : ""));
   }
-  if (ranks && !quest && p.block != 1)
-    return refuse(p, "block", fmt::format("{}", p.block), "token granularity only");
   if (p.positions == PositionMode::compact)
     return refuse(p, "positions", "compact", "original positions only");
   if (g.scorer == GpuScorer::exact && p.score_positions == ScorePositions::none) {
@@ -95,7 +94,7 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p, const ModelHParams* hp)
   g.top_p = quest ? 0.f : p.top_p;
   g.min_keep = p.top_p > 0 && !quest ? p.min_keep : 0;
   g.pool = p.pool_kernel > 1 && !quest ? p.pool_kernel : 0;
-  g.block = quest ? std::max(p.block, 1) : 1;
+  g.block = ranks ? std::max(p.block, 1) : 1;
   g.sinks = p.sinks;
   g.local = p.local;
   g.threshold = p.threshold();

@@ -325,6 +325,29 @@ Status hard_vote(hard_vote_params p, int32_t max_len, const launch_cfg& lc) {
   return cuda_status(launch_hard_vote(p, grid_x, lc), who);
 }
 
+Status block_sums(block_pick_params p, const launch_cfg& lc) {
+  const char* who = "block_sums";
+  if (p.scores == nullptr || p.block_scores == nullptr || p.n_blocks == nullptr ||
+      p.seq_len == nullptr)
+    return make_error("{}: scores / block_scores / n_blocks / seq_len must be set", who);
+  if (p.block <= 0 || p.n_rows <= 0 || p.max_len <= 0 || p.stride < p.max_len)
+    return make_error("{}: block {}, rows {}, max_len {}, stride {}", who, p.block, p.n_rows,
+                      p.max_len, p.stride);
+  return cuda_status(launch_block_sums(p, lc), who);
+}
+
+Status block_expand(block_pick_params p, const launch_cfg& lc) {
+  const char* who = "block_expand";
+  if (p.blk_idx == nullptr || p.blk_count == nullptr || p.out_idx == nullptr ||
+      p.out_count == nullptr || p.seq_len == nullptr)
+    return make_error("{}: blk_idx / blk_count / out_idx / out_count / seq_len must be set", who);
+  if (p.block <= 0 || p.n_rows <= 0 || p.max_blocks < 0 || p.max_blocks > p.blk_stride ||
+      int64_t{p.max_blocks} * p.block > p.out_stride)
+    return make_error("{}: {} blocks of {} do not fit out_stride = {} (block stride {})", who,
+                      p.max_blocks, p.block, p.out_stride, p.blk_stride);
+  return cuda_status(launch_block_expand(p, lc), who);
+}
+
 Status quest_score(quest_params p, const launch_cfg& lc) {
   const char* who = "quest_score";
   SIEVE_TRY(check_kv(p.kv, p.n_q_heads, false, who));

@@ -75,6 +75,10 @@ Status score_fold(score_fold_params p, const launch_cfg& lc);
 Status clear_selection(int32_t* count, const int32_t* skip, const launch_cfg& lc);
 // TokenSelect's hard vote from each head's top-k and the soft vote (hard_vote_params).
 Status hard_vote(hard_vote_params p, int32_t max_len, const launch_cfg& lc);
+// Block-granular selection (block_pick_params): the range's block sums, then (after a top-k /
+// top-p over them) the picked blocks' tokens.
+Status block_sums(block_pick_params p, const launch_cfg& lc);
+Status block_expand(block_pick_params p, const launch_cfg& lc);
 // Quest: block bounds of one sequence's selectable range (quest_params), then, after a top-k
 // over them, the picked blocks' token list (quest_expand_params).
 Status quest_score(quest_params p, const launch_cfg& lc);

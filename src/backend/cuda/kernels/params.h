@@ -211,6 +211,30 @@ struct hard_vote_params {
   const int32_t* skip = nullptr;  // when set and *skip != 0 the launches do nothing
 };
 
+// Block-granular selection (the `block` knob) for one sequence: the selectable range
+// [lo, len - tail) split into blocks of `block` tokens from lo (the last may be partial).
+// block_sums: block_scores[r][b] = sum of scores[r] over block b, *n_blocks = their count; a top-k
+// / top-p over those rows picks blocks (blk_idx / blk_count); block_expand: their tokens,
+// ascending, into out_idx / out_count.
+struct block_pick_params {
+  const float* scores = nullptr;  // [n_rows, stride] token scores
+  float* block_scores = nullptr;  // [n_rows, stride] by block index
+  int64_t stride = 0;
+  int32_t* n_blocks = nullptr;       // [1]: written by block_sums
+  const int32_t* blk_idx = nullptr;  // [n_rows, blk_stride] ascending picked blocks
+  int32_t blk_stride = 0;
+  const int32_t* blk_count = nullptr;  // [n_rows]
+  int32_t max_blocks = 0;              // at most this many picked per row
+  int32_t* out_idx = nullptr;          // [n_rows, out_stride] >= max_blocks x block
+  int32_t out_stride = 0;
+  int32_t* out_count = nullptr;  // [n_rows]
+  int32_t n_rows = 1;
+  const int32_t* seq_len = nullptr;  // [1]
+  int32_t lo = 0, tail = 0, block = 1;
+  int32_t max_len = 0;            // >= *seq_len
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launches do nothing
+};
+
 // Quest's block scores for one sequence (quest_score): the tokens a selection picks from are
 // [c0, pick_end) with n_prefix = len - n_queries, c0 = min(sinks, n_prefix) and pick_end =
 // max(c0, n_prefix - local); its complete blocks of `block` tokens, b0 = ceil(c0 / block) ..

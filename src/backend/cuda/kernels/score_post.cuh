@@ -90,4 +90,53 @@ __global__ void hard_vote_combine_kernel(const hard_vote_params p) {
   }
 }
 
+__device__ __forceinline__ void block_range(const block_pick_params& p, int& lo, int& hi) {
+  const int len = *p.seq_len;
+  lo = max(p.lo, 0);
+  hi = max(lo, len - p.tail);
+}
+
+// Block sums (grid x: CTAs over the blocks, y: rows): one thread per block.
+__global__ void block_sums_kernel(const block_pick_params p) {
+  griddep_wait();
+  griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;
+  int lo, hi;
+  block_range(p, lo, hi);
+  const int B = p.block, nb = (hi - lo + B - 1) / B;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *p.n_blocks = nb;
+  const float* in = p.scores + static_cast<int64_t>(blockIdx.y) * p.stride;
+  float* out = p.block_scores + static_cast<int64_t>(blockIdx.y) * p.stride;
+  for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += gridDim.x * blockDim.x) {
+    const int t0 = lo + b * B, t1 = min(hi, t0 + B);
+    float s = 0.f;
+    for (int t = t0; t < t1; ++t) s += in[t];
+    out[b] = s;
+  }
+}
+
+// The picked blocks' tokens (one CTA per row).
+__global__ void __launch_bounds__(256) block_expand_kernel(const block_pick_params p) {
+  __shared__ int s_n;
+  griddep_wait();
+  griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;
+  int lo, hi;
+  block_range(p, lo, hi);
+  const int row = blockIdx.x, B = p.block;
+  const int nb = p.blk_count[row];
+  const int32_t* blk = p.blk_idx + static_cast<int64_t>(row) * p.blk_stride;
+  int32_t* out = p.out_idx + static_cast<int64_t>(row) * p.out_stride;
+  // every picked block is whole except one that ends at hi, which can only be the last
+  const bool short_last = nb > 0 && lo + (blk[nb - 1] + 1) * B > hi;
+  for (int i = threadIdx.x; i < nb * B; i += blockDim.x) {
+    const int t = lo + blk[i / B] * B + i % B;
+    if (t < hi) out[i] = t;
+  }
+  if (threadIdx.x == 0) {
+    s_n = nb * B - (short_last ? lo + (blk[nb - 1] + 1) * B - hi : 0);
+    p.out_count[row] = s_n;
+  }
+}
+
 }  // namespace sieve::cuda

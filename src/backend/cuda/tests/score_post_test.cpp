@@ -192,6 +192,67 @@ TEST(CudaHardVote, CountsEachHeadsPicks) {
   EXPECT_EQ(bad, 0);
 }
 
+// Block sums over the range from lo (the last block partial), and the token lists of picked
+// blocks (the last one cut at the range's end), exactly.
+TEST(CudaBlockPick, SumsAndTokenLists) {
+  SIEVE_REQUIRE_GPU();
+  std::mt19937 rng(43);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  const int len = 1000, lo = 16, tail = 65, hi = len - tail, B = 24, rows = 2;
+  const int nb = (hi - lo + B - 1) / B;  // 39 blocks, the last of 7 tokens
+  const int64_t stride = score_row_stride(len);
+  std::vector<float> sc(static_cast<size_t>(rows) * stride);
+  for (auto& x : sc) x = u(rng);
+  dbuf<float> d_sc(sc), d_blk(static_cast<size_t>(rows) * stride);
+  dbuf<int32_t> d_len(std::vector<int32_t>{len}), d_nb(1);
+  d_nb.poison();
+  block_pick_params p;
+  p.scores = d_sc.p;
+  p.block_scores = d_blk.p;
+  p.stride = stride;
+  p.n_blocks = d_nb.p;
+  p.n_rows = rows;
+  p.seq_len = d_len.p;
+  p.lo = lo;
+  p.tail = tail;
+  p.block = B;
+  p.max_len = len;
+  STATUS_OK(block_sums(p, launch_cfg{}));
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(d_nb.get()[0], nb);
+  const std::vector<float> bs = d_blk.get();
+  int bad = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < nb; ++b) {
+      float s = 0.f;
+      for (int t = lo + b * B; t < std::min(hi, lo + (b + 1) * B); ++t) s += sc[r * stride + t];
+      bad += bs[r * stride + b] != s;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  // row 0 picks blocks 0, 5 and the short last one; row 1 picks none
+  const std::vector<int32_t> picks = {0, 5, nb - 1, 0, 0, 0};
+  dbuf<int32_t> d_picks(picks), d_cnt(std::vector<int32_t>{3, 0});
+  dbuf<int32_t> out(static_cast<size_t>(rows) * 3 * B), out_cnt(rows);
+  out.poison();
+  p.blk_idx = d_picks.p;
+  p.blk_stride = 3;
+  p.blk_count = d_cnt.p;
+  p.max_blocks = 3;
+  p.out_idx = out.p;
+  p.out_stride = 3 * B;
+  p.out_count = out_cnt.p;
+  STATUS_OK(block_expand(p, launch_cfg{}));
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<int32_t> want;
+  for (int b : {0, 5, nb - 1})
+    for (int t = lo + b * B; t < std::min(hi, lo + (b + 1) * B); ++t) want.push_back(t);
+  const std::vector<int32_t> o = out.get(), c = out_cnt.get();
+  ASSERT_EQ(c[0], static_cast<int>(want.size()));
+  EXPECT_EQ(std::vector<int32_t>(o.begin(), o.begin() + c[0]), want);
+  EXPECT_EQ(c[1], 0);
+}
+
 TEST(CudaScoreFold, RejectsBadArguments) {
   SIEVE_REQUIRE_GPU();
   score_fold_params p;

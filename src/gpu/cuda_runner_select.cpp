@@ -121,7 +121,9 @@ Status CudaRunner::Impl::attach_sketches(const KvGeometry& g) {
   sk_pages = nullptr;
   sk_proj = nullptr;
   if (sk_dim == 0) return {};
-  const int64_t n = int64_t{g.n_pages} * g.page_size * hp.n_head_kv * sk_dim;
+  // (one page more than the store's: the K/V pool's scratch page, where padding rows of a
+  // decode graph's size bucket append, is one past the store's pages)
+  const int64_t n = int64_t{g.n_pages + 1} * g.page_size * hp.n_head_kv * sk_dim;
   return kv_mem.alloc_to(sk_pages, n, "the sketch keys");
 }
 

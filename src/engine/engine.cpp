@@ -34,9 +34,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   SketchSpec sketch;
   if (e->cfg_.default_policy) sketch = sketch_spec_for(*e->cfg_.default_policy, hp);
   if (sketch.dim == 0 && e->cfg_.sketch_keys) sketch = sketch_spec_for(*make_policy("sketch"), hp);
-  // A runner that keeps the rows itself keeps no sketch keys (yet): sketch policies are refused
-  // there.
-  if (e->runner_ && !e->runner_->host_rows()) sketch = SketchSpec{};
+  // A runner that keeps the rows itself keeps JL / PCA sketch keys beside them (the store's
+  // geometry sizes them); indexer keys (an rtpurbo head plan) it does not keep yet.
+  if (e->runner_ && !e->runner_->host_rows() && sketch.indexer) sketch = SketchSpec{};
   e->sketch_ = std::make_unique<SketchProjection>(sketch);
   // RTPurbo as the default policy: layers without a retrieval head keep only sinks + window
   // (requests that need more there are refused at admission, check_layout_compatible).

@@ -139,8 +139,7 @@ Status CudaRunner::Impl::attach(KvStore& store) {
         "--backend cuda: KV streams per KV-head group (an RTPurbo head plan) do not run on the GPU "
         "yet");
   }
-  if (g.n_head != hp.n_head_kv || g.head_dim != hp.head_dim || g.dtype != KvDtype::f16 ||
-      g.sketch_dim != 0) {
+  if (g.n_head != hp.n_head_kv || g.head_dim != hp.head_dim || g.dtype != KvDtype::f16) {
     return make_error("cuda runner: the store's rows ({} heads x {}, {}) differ from the model's",
                       g.n_head, g.head_dim, kv_dtype_name(g.dtype));
   }
@@ -154,6 +153,7 @@ Status CudaRunner::Impl::attach(KvStore& store) {
   const int64_t rows = int64_t{n_pages + 1} * page_size * hp.kv_dim();
   SIEVE_TRY(kv_mem.alloc_to(kv_k, rows, "the K cache"));
   SIEVE_TRY(kv_mem.alloc_to(kv_v, rows, "the V cache"));
+  SIEVE_TRY(attach_sketches(g));
   // Step inputs (see the layout in cuda_runner_impl.h).
   off_pos = C;
   off_qo = off_pos + C;
@@ -250,8 +250,9 @@ Status CudaRunner::Impl::plan(std::span<const BatchEntry> batch, int32_t& n_tok,
     if (b.sparse) {
       auto it = pol_of.find(b.seq);
       if (it == pol_of.end()) {
-        auto gp = gpu_policy_from(b.sparse->policy());
+        auto gp = gpu_policy_from(b.sparse->policy(), &hp);
         if (!gp) return gp.error();
+        SIEVE_TRY(prepare_policy(b.sparse->policy(), *gp));
         auto same = std::find(pols.begin(), pols.end(), *gp);
         const int32_t id = static_cast<int32_t>(same - pols.begin());
         if (same == pols.end()) pols.push_back(*gp);
@@ -497,10 +498,10 @@ Status CudaRunner::Impl::run(std::span<const BatchEntry> batch, std::vector<floa
       continue;
     }
     const GpuPolicy& pol = pols[e.pol];
-    ss.selections += n_full;
+    if (pol.scorer != GpuScorer::none) ss.selections += n_full;
     ss.selected_tokens +=
         int64_t{std::min(e.len, pol.sinks + pol.top_k + pol.local + e.n)} * n_full;
-    if (e.decode && pol.selection_cache && step_ws && pol.layer_vote) {
+    if (e.decode && pol.selection_cache) {
       ss.cache_lookups += n_full;
       Slot& sl = slots[e.slot];
       ss.cache_hits += hits_host[e.slot] - sl.hits_seen;
@@ -523,7 +524,7 @@ Result<std::unique_ptr<CudaRunner>> CudaRunner::create(const Model& model, const
 }
 
 Status CudaRunner::supports(const PolicyConfig& p) const {
-  auto g = gpu_policy_from(p);
+  auto g = gpu_policy_from(p, &impl_->hp);
   if (!g) return g.error();
   if (g->sparse && g->top_k > k_max_top_k) {
     return make_error(

@@ -165,6 +165,7 @@ Status CudaRunner::Impl::enqueue(int32_t n_tok, int32_t n_rows) {
     ap.head_dim = hp.head_dim;
     ap.page_size = page_size;
     ap.type = cuda::dtype::bf16;
+    sketch_append(ap, il);
     SIEVE_TRY(cuda::kv_append(ap, lc));
     SIEVE_TRY(attention(il, n_tok));
     SIEVE_TRY(matmul(L.wo, o, n_tok, tmp, step_dec));

@@ -30,7 +30,7 @@ using bf16 = __nv_bfloat16;
 // Split-K parts of a prefill chunk at most (the workspace is sized for it).
 constexpr int32_t k_prefill_splits = 16;
 // The selection's widest top_k (selection buffers are sized for it).
-constexpr int32_t k_max_top_k = 8192;
+constexpr int32_t k_max_top_k = k_gpu_max_top_k;
 // A selection-cache hit that would append more tokens than this re-selects.
 constexpr int32_t k_max_gap = 1024;
 
@@ -197,6 +197,19 @@ struct CudaRunner::Impl {
   int32_t *sc_state = nullptr, *sc_idx = nullptr, *sc_cnt = nullptr, *sc_skip = nullptr;
   uint32_t* sc_hits = nullptr;
   uint32_t* hits_host = nullptr;  // pinned [S]
+  float* sc_post = nullptr;       // [n_kv + 1, score_stride] rows between a scorer and the fold
+  // Sketch keys (scorer=sketch): bf16 [n_pages, n_kv, page_size, sk_dim] beside the K/V pages
+  // (the store's geometry sizes them), written at append once a sketch policy has uploaded its
+  // projections sk_proj [n_layer, n_kv, head_dim, sk_dim] (the engine has one sketch spec).
+  bf16* sk_pages = nullptr;
+  float* sk_proj = nullptr;
+  int32_t sk_dim = 0;
+  float *sk_q = nullptr, *sk_stats = nullptr;  // query sketches, the stats pass's (max, sum)
+  int32_t sk_chunk = 256, sk_chunks = 1;
+  // Quest: the picked blocks per KV head and the block row's length.
+  int32_t *quest_idx = nullptr, *quest_cnt = nullptr, *quest_nblk = nullptr;
+  // aggregation=hard_vote: each query head's top-k, and the vote counts (zero at rest).
+  int32_t *hv_idx = nullptr, *hv_cnt = nullptr, *hv_votes = nullptr;
   static constexpr int32_t sc_stride() {
     return gpu_internal::k_max_top_k + gpu_internal::k_max_gap;
   }
@@ -262,6 +275,19 @@ struct CudaRunner::Impl {
   cuda::paged_kv kv_view(int il, int32_t first, int32_t batch, int32_t n_tok) const;
   // TokenSelect's selection for entry order[b] of layer il from query qsel ([n_head, d]).
   Status select_tokens(int il, int32_t b, const bf16* qsel, int32_t n_tok, cuda::token_set& set);
+  // The sketch pages of a store whose geometry keeps sketch keys (attach).
+  Status attach_sketches(const KvGeometry& g);
+  // Before a policy's first step: a sketch policy uploads its projections.
+  Status prepare_policy(const PolicyConfig& p, const GpuPolicy& g);
+  // kv_append writes layer il's sketch keys too, when there are any.
+  void sketch_append(cuda::kv_append_params& ap, int il) const;
+  // The scorer and aggregation of a selection into `rows` (the layer's summed row or one row
+  // per KV head); hist_done: the level-0 histogram is built.
+  Status score_rows(int il, int32_t b, const bf16* qsel, int32_t n_tok, const GpuPolicy& pol,
+                    const cuda::select_budget& bu, bool fused, const int32_t* skip, float* rows,
+                    bool& hist_done);
+  Status select_quest(int il, int32_t b, const bf16* qsel, int32_t n_tok, float* out_rows,
+                      cuda::token_set& set);
   cuda::step_params fused_select_params(const GpuPolicy& pol, const cuda::select_budget& bu,
                                         const int32_t* seq_len, int32_t* out_idx,
                                         int32_t out_stride, int32_t* out_count) const;

@@ -484,11 +484,11 @@ TEST(CudaRunner, QwenYarnLogitsAndGreedyMatchTheCpu) {
 
 // What the GPU cannot run is refused by knob value, naming the knob and the backend.
 TEST(CudaRunner, UnsupportedKnobIsOneErrorNamingIt) {
-  auto sk = make_policy("sketch");
-  ASSERT_TRUE(sk.ok());
-  auto g = gpu_policy_from(*sk);
+  auto h2o = make_policy("h2o");
+  ASSERT_TRUE(h2o.ok());
+  auto g = gpu_policy_from(*h2o);
   ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.message().find("scorer=sketch"), std::string::npos) << g.message();
+  EXPECT_NE(g.message().find("memory=h2o"), std::string::npos) << g.message();
   EXPECT_NE(g.message().find("CUDA backend"), std::string::npos) << g.message();
   auto grp = make_policy("tokenselect", std::vector<std::string>{"scope=group"});
   ASSERT_TRUE(grp.ok());

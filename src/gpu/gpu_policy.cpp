@@ -1,5 +1,7 @@
 #include "gpu/gpu_policy.h"
 
+#include "engine/sparse_seq.h"
+
 namespace sieve {
 namespace {
 
@@ -13,7 +15,7 @@ Error refuse(const PolicyConfig& p, std::string_view knob, std::string_view valu
 
 }  // namespace
 
-Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
+Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p, const ModelHParams* hp) {
   // auto prefills densely here below 64K prompt tokens: the sparse chunk is slower than the
   // dense prefill kernel on the GPU there, and 1.7x faster at 128K (bench/RESULTS.md).
   GpuPolicy g;
@@ -22,53 +24,84 @@ Result<GpuPolicy> gpu_policy_from(const PolicyConfig& p) {
                                      g.chunk_from)
                        : p.describe();
   if (p.is_dense()) return g;
-  constexpr std::string_view runs = "it runs scorer=exact with the soft vote and a top_k budget";
+  constexpr std::string_view runs =
+      "it runs scorer=exact, sketch or none with memory=keep and original positions";
   if (p.drops_prefill()) return refuse(p, "prefill", "uniprefill", runs);
   if (p.evicts())
     return refuse(p, "memory", p.memory == MemoryKind::evict_h2o ? "h2o" : "stca", runs);
   switch (p.scorer) {
     case ScorerKind::exact:
+      g.scorer = GpuScorer::exact;
       break;
     case ScorerKind::none:
-      return refuse(p, "scorer", "none", runs);
+      g.scorer = GpuScorer::none;
+      break;
     case ScorerKind::sketch:
-      return refuse(p, "scorer", "sketch", runs);
+      g.scorer = GpuScorer::sketch;
+      break;
     case ScorerKind::quest:
-      return refuse(p, "scorer", "quest", runs);
+      g.scorer = GpuScorer::quest;
+      break;
     case ScorerKind::indexer:
       return refuse(p, "scorer", "indexer", runs);
     case ScorerKind::all:
       return refuse(p, "scorer", "all", runs);
   }
-  if (p.aggregation != AggregationKind::soft_vote) {
-    return refuse(p, "aggregation",
-                  p.aggregation == AggregationKind::hard_vote ? "hard_vote" : "raw_sum", runs);
+  const bool ranks = g.scorer != GpuScorer::none;
+  const bool quest = g.scorer == GpuScorer::quest;  // (aggregation, top_p, pooling: not read)
+  if (g.scorer == GpuScorer::sketch && p.aggregation == AggregationKind::hard_vote) {
+    return refuse(p, "aggregation", "hard_vote",
+                  "the sketch scorer writes no per-head logits; the exact scorer votes");
   }
-  if (p.top_p > 0) return refuse(p, "top_p", fmt::format("{}", p.top_p), runs);
-  if (p.top_k <= 0) return refuse(p, "top_k", fmt::format("{}", p.top_k), runs);
-  if (p.block != 1) return refuse(p, "block", fmt::format("{}", p.block), "token granularity only");
-  if (p.pool_kernel > 1)
-    return refuse(p, "pool_kernel", fmt::format("{}", p.pool_kernel), "no score pooling");
-  if (p.raw_logits) return refuse(p, "raw_logits", "true", "scaled logits only");
+  if (ranks && p.top_k <= 0) {
+    return refuse(p, "top_k", fmt::format("{}", p.top_k),
+                  "a selection row holds at most 8192 picks: give top_k (the cap under top_p)");
+  }
+  if (ranks && !quest && p.top_p > 0 && p.aggregation == AggregationKind::raw_sum) {
+    return refuse(p, "aggregation", "raw_sum",
+                  "top_p takes its mass share of soft votes; raw sums may be negative");
+  }
+  if (ranks && (p.block > 1 || quest) &&
+      (int64_t{p.top_k} + p.block - 1) / p.block * p.block + (quest ? 2 * p.block : 0) >
+          k_gpu_max_top_k) {
+    return refuse(p, "top_k", fmt::format("{}", p.top_k),
+                  fmt::format("a selection row holds {} tokens: the picked blocks of {}{} must fit",
+                              k_gpu_max_top_k, p.block,
+                              quest ? " and the two partial blocks at the range's ends" : ""));
+  }
   if (p.positions == PositionMode::compact)
     return refuse(p, "positions", "compact", "original positions only");
-  if (p.score_positions == ScorePositions::none) {
+  if (g.scorer == GpuScorer::exact && p.score_positions == ScorePositions::none) {
     return refuse(p, "score_positions", "none", "the scorer reads keys at their positions");
   }
-  if (p.min_context > 0) return refuse(p, "min_context", fmt::format("{}", p.min_context), runs);
-  if (p.selection_cache && p.scope != VoteScope::layer) {
+  if (p.selection_cache && !quest && p.scope != VoteScope::layer) {
     return refuse(p, "scope", "group",
                   "the selection cache runs with scope=layer; add selection_cache=false");
   }
+  if (hp && g.scorer == GpuScorer::sketch) {
+    const SketchSpec sk = sketch_spec_for(p, *hp);
+    if (sk.dim != 8 && sk.dim != 16 && sk.dim != 32) {
+      return refuse(p, "sketch_dim", fmt::format("{}", sk.dim),
+                    "the sketch kernels take 8, 16 or 32 dimensions");
+    }
+  }
   g.sparse = true;
   g.layer_vote = p.scope == VoteScope::layer;
+  g.raw_sum = p.aggregation == AggregationKind::raw_sum && !quest;
+  g.hard_vote = p.aggregation == AggregationKind::hard_vote && !quest;
+  g.raw_logits = p.raw_logits;
   g.top_k = p.top_k;
+  g.top_p = quest ? 0.f : p.top_p;
+  g.min_keep = p.top_p > 0 && !quest ? p.min_keep : 0;
+  g.pool = p.pool_kernel > 1 && !quest ? p.pool_kernel : 0;
+  g.block = ranks ? std::max(p.block, 1) : 1;
   g.sinks = p.sinks;
   g.local = p.local;
+  g.threshold = p.threshold();
   g.chunk_prefill = p.prefill == PrefillMode::chunk;
   g.prefill_tail = p.prefill_tail;
   g.compact_beyond_train = p.positions == PositionMode::auto_;
-  g.selection_cache = p.selection_cache;
+  g.selection_cache = p.selection_cache && !quest;  // the CPU's quest never reuses either
   g.theta = p.theta;
   return g;
 }

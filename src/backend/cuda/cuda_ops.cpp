@@ -286,6 +286,105 @@ Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc) {
   return cuda_status(launch_sel_cache(p, lc), who);
 }
 
+Status score_fold(score_fold_params p, const launch_cfg& lc) {
+  const char* who = "score_fold";
+  if (p.in == nullptr || p.out == nullptr || p.seq_len == nullptr)
+    return make_error("{}: in / out / seq_len must be set", who);
+  if (p.n_in <= 0 || p.fold <= 0 || p.n_in % p.fold != 0)
+    return make_error("{}: fold = {} must divide n_in = {}", who, p.fold, p.n_in);
+  if (p.pool < 0 || p.pool > 4096)
+    return make_error("{}: pool = {} outside [0, 4096]", who, p.pool);
+  if (p.max_len <= 0) return make_error("{}: max_len = {}", who, p.max_len);
+  if (p.in_stride < p.max_len || p.out_stride < p.max_len)
+    return make_error("{}: strides {} / {} shorter than max_len = {}", who, p.in_stride,
+                      p.out_stride, p.max_len);
+  auto dev = current_device();
+  if (!dev) return dev.error();
+  const int tiles = (p.max_len + score_fold_tile() - 1) / score_fold_tile();
+  const int grid_x = std::clamp(2 * dev->n_sm / (p.n_in / p.fold), 1, tiles);
+  return cuda_status(launch_score_fold(p, grid_x, lc), who);
+}
+
+Status clear_selection(int32_t* count, const int32_t* skip, const launch_cfg& lc) {
+  if (count == nullptr) return make_error("clear_selection: count is null");
+  return cuda_status(launch_clear_selection(count, skip, lc), "clear_selection");
+}
+
+Status hard_vote(hard_vote_params p, int32_t max_len, const launch_cfg& lc) {
+  const char* who = "hard_vote";
+  if (p.idx == nullptr || p.count == nullptr || p.soft == nullptr || p.votes == nullptr ||
+      p.out == nullptr || p.seq_len == nullptr)
+    return make_error("{}: idx / count / soft / votes / out / seq_len must be set", who);
+  if (p.n_heads <= 0 || p.heads_per_row <= 0 || p.n_heads % p.heads_per_row != 0)
+    return make_error("{}: heads_per_row = {} must divide n_heads = {}", who, p.heads_per_row,
+                      p.n_heads);
+  if (max_len <= 0 || p.stride < max_len)
+    return make_error("{}: stride {} shorter than max_len {}", who, p.stride, max_len);
+  auto dev = current_device();
+  if (!dev) return dev.error();
+  const int rows = p.n_heads / p.heads_per_row;
+  const int grid_x = std::clamp(2 * dev->n_sm / rows, 1, (max_len + 255) / 256);
+  return cuda_status(launch_hard_vote(p, grid_x, lc), who);
+}
+
+Status block_sums(block_pick_params p, const launch_cfg& lc) {
+  const char* who = "block_sums";
+  if (p.scores == nullptr || p.block_scores == nullptr || p.n_blocks == nullptr ||
+      p.seq_len == nullptr)
+    return make_error("{}: scores / block_scores / n_blocks / seq_len must be set", who);
+  if (p.block <= 0 || p.n_rows <= 0 || p.max_len <= 0 || p.stride < p.max_len)
+    return make_error("{}: block {}, rows {}, max_len {}, stride {}", who, p.block, p.n_rows,
+                      p.max_len, p.stride);
+  return cuda_status(launch_block_sums(p, lc), who);
+}
+
+Status block_expand(block_pick_params p, const launch_cfg& lc) {
+  const char* who = "block_expand";
+  if (p.blk_idx == nullptr || p.blk_count == nullptr || p.out_idx == nullptr ||
+      p.out_count == nullptr || p.seq_len == nullptr)
+    return make_error("{}: blk_idx / blk_count / out_idx / out_count / seq_len must be set", who);
+  if (p.block <= 0 || p.n_rows <= 0 || p.max_blocks < 0 || p.max_blocks > p.blk_stride ||
+      int64_t{p.max_blocks} * p.block > p.out_stride)
+    return make_error("{}: {} blocks of {} do not fit out_stride = {} (block stride {})", who,
+                      p.max_blocks, p.block, p.out_stride, p.blk_stride);
+  return cuda_status(launch_block_expand(p, lc), who);
+}
+
+Status quest_score(quest_params p, const launch_cfg& lc) {
+  const char* who = "quest_score";
+  SIEVE_TRY(check_kv(p.kv, p.n_q_heads, false, who));
+  if (p.kv.type != dtype::bf16) return make_error("{}: keys must be bf16", who);
+  if (p.kv.pages.batch != 1) return make_error("{}: one sequence per call", who);
+  if (p.q == nullptr || p.scores == nullptr || p.n_blocks == nullptr)
+    return make_error("{}: q / scores / n_blocks are null", who);
+  const int32_t G = p.n_q_heads / p.kv.n_kv_heads;
+  if (G > 8 || p.kv.head_dim > 256)
+    return make_error("{}: {} query heads per KV head of dim {} (at most 8 of 256)", who, G,
+                      p.kv.head_dim);
+  if (p.block <= 0 || p.sinks < 0 || p.local < 0 || p.n_queries < 1)
+    return make_error("{}: block {}, sinks {}, local {}, queries {}", who, p.block, p.sinks,
+                      p.local, p.n_queries);
+  auto dev = current_device();
+  if (!dev) return dev.error();
+  const int grid_x = std::max(1, 2 * dev->n_sm / p.kv.n_kv_heads);
+  fix_shift(p.kv.pages);
+  return cuda_status(launch_quest_score(p, grid_x, lc), who);
+}
+
+Status quest_expand(quest_expand_params p, const launch_cfg& lc) {
+  const char* who = "quest_expand";
+  if (p.blk_idx == nullptr || p.blk_count == nullptr || p.seq_len == nullptr ||
+      p.out_idx == nullptr || p.out_count == nullptr)
+    return make_error("{}: blk_idx / blk_count / seq_len / out_idx / out_count must be set", who);
+  if (p.n_rows <= 0 || p.block <= 0 || p.n_queries < 1)
+    return make_error("{}: rows {}, block {}, queries {}", who, p.n_rows, p.block, p.n_queries);
+  if (p.max_blocks < 0 || p.max_blocks > p.blk_stride ||
+      int64_t{p.out_stride} < (int64_t{p.max_blocks} + 2) * p.block)
+    return make_error("{}: {} blocks of {} (block stride {}) do not fit out_stride = {}", who,
+                      p.max_blocks, p.block, p.blk_stride, p.out_stride);
+  return cuda_status(launch_quest_expand(p, lc), who);
+}
+
 Status prefill_attention(prefill_params p, const launch_cfg& lc) {
   const char* who = "prefill_attention";
   SIEVE_TRY(check_kv(p.kv, p.n_q_heads, true, who));

@@ -69,6 +69,20 @@ int32_t prefill_splits(const prefill_params& p, int32_t max_splits);
 // TokenSelect's Selection Cache probe for one layer's decode query (sel_cache_params): writes
 // *p.skip, which the scorer / vote / fused-selection launches that follow read (their skip).
 Status selection_cache_probe(sel_cache_params p, const launch_cfg& lc);
+// Rows summed, scaled and max-pooled between a scorer and the selection (score_fold_params).
+Status score_fold(score_fold_params p, const launch_cfg& lc);
+// An empty selection row (*count = 0) unless *skip (may be null) says the cache kept it.
+Status clear_selection(int32_t* count, const int32_t* skip, const launch_cfg& lc);
+// TokenSelect's hard vote from each head's top-k and the soft vote (hard_vote_params).
+Status hard_vote(hard_vote_params p, int32_t max_len, const launch_cfg& lc);
+// Block-granular selection (block_pick_params): the range's block sums, then (after a top-k /
+// top-p over them) the picked blocks' tokens.
+Status block_sums(block_pick_params p, const launch_cfg& lc);
+Status block_expand(block_pick_params p, const launch_cfg& lc);
+// Quest: block bounds of one sequence's selectable range (quest_params), then, after a top-k
+// over them, the picked blocks' token list (quest_expand_params).
+Status quest_score(quest_params p, const launch_cfg& lc);
+Status quest_expand(quest_expand_params p, const launch_cfg& lc);
 
 // The fused sparse decode step: score + top-k (top-p: cluster path only) in one launch (one
 // thread-block cluster per sequence, kernels/step_cluster.cuh, or one cooperative grid,

@@ -216,10 +216,10 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
       const int vi_lo = begin + it * C::tile + r0 + (lane >> 2);
       const bool ok_lo = vi_lo < end;
       const bool ok_hi = vi_lo + 8 < end;
-      const float s0 = ok_lo ? c[0] * sl2 : -INFINITY;
-      const float s1 = ok_lo ? c[1] * sl2 : -INFINITY;
-      const float s2 = ok_hi ? c[2] * sl2 : -INFINITY;
-      const float s3 = ok_hi ? c[3] * sl2 : -INFINITY;
+      float s0 = ok_lo ? c[0] * sl2 : -INFINITY;
+      float s1 = ok_lo ? c[1] * sl2 : -INFINITY;
+      float s2 = ok_hi ? c[2] * sl2 : -INFINITY;
+      float s3 = ok_hi ? c[3] * sl2 : -INFINITY;
 
       if constexpr (SCORE) {
         // dense list: the token position is the list position
@@ -232,6 +232,10 @@ __device__ __forceinline__ void decode_block(const decode_params& p, const int s
           if (ok_lo) lg[(h0 + 1) * p.logit_stride + vi_lo] = s1;
           if (ok_hi) lg[(h0 + 1) * p.logit_stride + vi_lo + 8] = s3;
         }
+        // the statistics cover the stats range only (the tokens a selection picks from)
+        const int r_hi = len - p.stats_tail;
+        if (vi_lo < p.stats_lo || vi_lo >= r_hi) s0 = s1 = -INFINITY;
+        if (vi_lo + 8 < p.stats_lo || vi_lo + 8 >= r_hi) s2 = s3 = -INFINITY;
       }
 
       float mx0 = fmaxf(s0, s2), mx1 = fmaxf(s1, s3);

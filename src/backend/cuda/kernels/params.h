@@ -83,6 +83,10 @@ struct decode_params {
   int64_t zero_bytes = 0;    //   (the selection workspace header; see select_params)
   const int32_t* skip = nullptr;  // score mode: when set and *skip != 0 the launch does nothing
                                   // (a selection-cache hit, sel_cache_params)
+  // score mode: the softmax statistics count the tokens [stats_lo, len - stats_tail) only (the
+  // range a selection picks from, whose per-head softmax the CPU's soft vote sums); every
+  // token's logit is written. 0, 0: all tokens.
+  int32_t stats_lo = 0, stats_tail = 0;
   // Timing breakdown (benchmarks only; attention mode): thread 0 of every CTA stamps
   // %globaltimer into phase_ns[cta * decode_n_stamps + i] (cta = (b * n_kv + g) * n_splits +
   // split; decode_stamp names i); zero where a CTA did not reach a stamp.
@@ -132,9 +136,10 @@ struct select_params {
   int32_t n_rows = 0;
   select_budget budget;
   select_workspace ws;
-  int32_t* out_idx = nullptr;    // [n_rows, out_stride] ascending token positions
-  int32_t out_stride = 0;        // >= budget.k_max
-  int32_t* out_count = nullptr;  // [n_rows]
+  int32_t* out_idx = nullptr;     // [n_rows, out_stride] ascending token positions
+  int32_t out_stride = 0;         // >= budget.k_max
+  int32_t* out_count = nullptr;   // [n_rows]
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launches do nothing
 };
 
 // Histogram sink used by scorer kernels that fuse the first selection pass.
@@ -179,6 +184,110 @@ struct sketch_score_params {
   void* zero_ws = nullptr;  // stats mode: CTA 0 of each row zeroes this (see decode_params);
                             // raw mode: the launcher memsets it first
   int64_t zero_bytes = 0;
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launch does nothing
+  // stats mode: the statistics count the tokens [stats_lo, len - stats_tail) only (see
+  // decode_params); 0, 0: all tokens.
+  int32_t stats_lo = 0, stats_tail = 0;
+};
+
+// TokenSelect's hard vote (aggregation=hard_vote) for one sequence, after each head's top-k
+// (idx / count, one row per query head): output row o, token t of the selectable range
+// [lo, len - tail) = (votes of the heads o*heads_per_row .. + heads_per_row - 1 whose list holds
+// t) + soft[o][t] * tie. `votes` is int scratch, zero at rest: the launch adds into it and
+// returns the range to zero, so it needs no memset.
+struct hard_vote_params {
+  const int32_t* idx = nullptr;  // [n_heads, idx_stride] each head's picks
+  int32_t idx_stride = 0;
+  const int32_t* count = nullptr;  // [n_heads]
+  int32_t n_heads = 0;
+  int32_t heads_per_row = 1;    // divides n_heads
+  const float* soft = nullptr;  // [n_heads / heads_per_row, stride] the soft vote of each row
+  int32_t* votes = nullptr;     // [n_heads / heads_per_row, stride] zero at rest
+  float* out = nullptr;         // [n_heads / heads_per_row, stride]
+  int64_t stride = 0;
+  float tie = 0.f;                   // 1 / (heads_per_row + 1)
+  const int32_t* seq_len = nullptr;  // [1]
+  int32_t lo = 0, tail = 0;
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launches do nothing
+};
+
+// Block-granular selection (the `block` knob) for one sequence: the selectable range
+// [lo, len - tail) split into blocks of `block` tokens from lo (the last may be partial).
+// block_sums: block_scores[r][b] = sum of scores[r] over block b, *n_blocks = their count; a top-k
+// / top-p over those rows picks blocks (blk_idx / blk_count); block_expand: their tokens,
+// ascending, into out_idx / out_count.
+struct block_pick_params {
+  const float* scores = nullptr;  // [n_rows, stride] token scores
+  float* block_scores = nullptr;  // [n_rows, stride] by block index
+  int64_t stride = 0;
+  int32_t* n_blocks = nullptr;       // [1]: written by block_sums
+  const int32_t* blk_idx = nullptr;  // [n_rows, blk_stride] ascending picked blocks
+  int32_t blk_stride = 0;
+  const int32_t* blk_count = nullptr;  // [n_rows]
+  int32_t max_blocks = 0;              // at most this many picked per row
+  int32_t* out_idx = nullptr;          // [n_rows, out_stride] >= max_blocks x block
+  int32_t out_stride = 0;
+  int32_t* out_count = nullptr;  // [n_rows]
+  int32_t n_rows = 1;
+  const int32_t* seq_len = nullptr;  // [1]
+  int32_t lo = 0, tail = 0, block = 1;
+  int32_t max_len = 0;            // >= *seq_len
+  const int32_t* skip = nullptr;  // when set and *skip != 0 the launches do nothing
+};
+
+// Quest's block scores for one sequence (quest_score): the tokens a selection picks from are
+// [c0, pick_end) with n_prefix = len - n_queries, c0 = min(sinks, n_prefix) and pick_end =
+// max(c0, n_prefix - local); its complete blocks of `block` tokens, b0 = ceil(c0 / block) ..
+// b1 = pick_end / block, score per KV head g: scale * sum over g's query heads h of
+// sum_i max(q_h,i min_i, q_h,i max_i), min / max over the block's keys of head g (computed from
+// K as the selection runs). scores[g][b] for b in [b0, b1); *n_blocks = b1 (the block row's
+// length for the selection that follows).
+struct quest_params {
+  paged_kv kv;              // one sequence (pages.batch = 1), bf16
+  const void* q = nullptr;  // [n_q_heads, head_dim] bf16: the selection query
+  int32_t n_q_heads = 0;
+  float scale = 1.f;
+  int32_t block = 16;
+  int32_t sinks = 0, local = 0, n_queries = 1;
+  float* scores = nullptr;  // [n_kv_heads, score_stride] by block index
+  int64_t score_stride = 0;
+  int32_t* n_blocks = nullptr;  // [1] out
+};
+
+// The token list of Quest's picked blocks (quest_expand), per row: the partial block at the
+// range's start [c0, min(pick_end, b0 block)), the picked blocks' tokens (ascending block
+// indices), the partial block at its end [max(b0, b1) block, pick_end) - as the CPU reads them.
+struct quest_expand_params {
+  const int32_t* blk_idx = nullptr;  // [n_rows, blk_stride] ascending block indices
+  int32_t blk_stride = 0;
+  const int32_t* blk_count = nullptr;  // [n_rows]
+  int32_t max_blocks = 0;              // the selection's k_max (at most this many per row)
+  int32_t n_rows = 1;
+  const int32_t* seq_len = nullptr;  // [1] tokens held, the queries included
+  int32_t block = 16;
+  int32_t sinks = 0, local = 0, n_queries = 1;
+  int32_t* out_idx = nullptr;  // [n_rows, out_stride]: needs (max_blocks + 2) x block
+  int32_t out_stride = 0;
+  int32_t* out_count = nullptr;  // [n_rows]
+};
+
+// Scores between the scorer and the selection, for one sequence: output row o, token t of
+// [0, len) = mul * sum of input rows o*fold .. o*fold + fold - 1 at t; then, with pool > 1,
+// each t of the selectable range [lo, len - tail) takes the max over the window
+// [t - pool/2, t - pool/2 + pool) clipped to that range (sparse/select.h max_pool_scores).
+struct score_fold_params {
+  const float* in = nullptr;  // [n_in, in_stride]
+  int64_t in_stride = 0;
+  int32_t n_in = 0;
+  int32_t fold = 1;  // divides n_in
+  float mul = 1.f;
+  int32_t pool = 0;      // 0 / 1: no pooling
+  float* out = nullptr;  // [n_in / fold, out_stride]; must not overlap in
+  int64_t out_stride = 0;
+  const int32_t* seq_len = nullptr;  // [1] tokens of the sequence
+  int32_t lo = 0, tail = 0;          // the selection budget's lo and tail
+  int32_t max_len = 0;               // >= *seq_len (sizes the grid)
+  const int32_t* skip = nullptr;     // when set and *skip != 0 the launch does nothing
 };
 
 // Soft vote from exact logits: score_t = sum_h 2^(l_{h,t} - M_h) / Z_h over the G heads of a

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(sk_threads) sketch_score_kernel(const sketch_s
 
   griddep_wait();
   griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
   // Only the stats pass may zero: in the passes that build the histogram other CTAs of the
   // row flush into the header concurrently (the raw-mode launcher uses a memset instead).
   if (p.zero_ws != nullptr && c == 0 && p.mode == sketch_mode::stats)
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(sk_threads) sketch_score_kernel(const sketch_s
           l = fmaf(q4.w, k[u][j + 3], l);
         }
         if (p.mode == sketch_mode::stats) {
-          if (valid) {
+          if (valid && t >= p.stats_lo && t < len - p.stats_tail) {
             if (l > m_run[h]) {
               z_run[h] = z_run[h] * fast_exp2(m_run[h] - l) + 1.f;
               m_run[h] = l;

@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(sel_threads)
   __shared__ sel_scan_smem sm;
   griddep_wait();
   griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
   const int row = blockIdx.y;
   int len, lo, hi;
   sel_row_range(p.seq_len, p.rows_per_seq, p.budget, row, len, lo, hi);
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(sel_threads)
   __shared__ sel_scan_smem sm;
   griddep_wait();
   griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
   const int row = blockIdx.y;
   int len, lo, hi;
   sel_row_range(p.seq_len, p.rows_per_seq, p.budget, row, len, lo, hi);
@@ -141,6 +143,7 @@ __global__ void __launch_bounds__(sel_threads) select_emit_kernel(const select_p
   __shared__ uint32_t s_excl[2];
   griddep_wait();
   griddep_launch_dependents();
+  if (p.skip != nullptr && *p.skip != 0) return;  // a selection-cache hit
   const int row = blockIdx.y;
   int len, lo, hi;
   sel_row_range(p.seq_len, p.rows_per_seq, p.budget, row, len, lo, hi);

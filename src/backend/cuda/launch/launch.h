@@ -39,6 +39,14 @@ cudaError_t launch_barrier_probe(uint32_t* ws, int n_barriers, int ctas_per_sm,
                                  cudaStream_t stream);
 
 cudaError_t launch_sel_cache(const sel_cache_params& p, const launch_cfg& lc);
+cudaError_t launch_score_fold(const score_fold_params& p, int grid_x, const launch_cfg& lc);
+cudaError_t launch_clear_selection(int32_t* count, const int32_t* skip, const launch_cfg& lc);
+int score_fold_tile();
+cudaError_t launch_hard_vote(const hard_vote_params& p, int grid_x, const launch_cfg& lc);
+cudaError_t launch_block_sums(const block_pick_params& p, const launch_cfg& lc);
+cudaError_t launch_block_expand(const block_pick_params& p, const launch_cfg& lc);
+cudaError_t launch_quest_score(const quest_params& p, int grid_x, const launch_cfg& lc);
+cudaError_t launch_quest_expand(const quest_expand_params& p, const launch_cfg& lc);
 // Pseudo-random fill (mean offset, sd scale) of n elements of type t: benchmark data.
 cudaError_t launch_fill_random(void* p, int64_t n, dtype t, uint64_t seed, float scale,
                                float offset, cudaStream_t stream);

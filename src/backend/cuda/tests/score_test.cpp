@@ -53,8 +53,9 @@ struct sel_bufs {
   }
 };
 
+// stats_lo / stats_tail: each head's softmax normalised over [stats_lo, len - stats_tail) only
 void run_exact(std::vector<int32_t> lens, int ps, int n_q, int n_kv, int D, dtype t, int chunk,
-               uint32_t seed) {
+               uint32_t seed, int stats_lo = 0, int stats_tail = 0) {
   std::mt19937 rng(seed);
   paged_cache kv;
   kv.build(lens, ps, n_kv, D, t, rng);
@@ -89,6 +90,8 @@ void run_exact(std::vector<int32_t> lens, int ps, int n_q, int n_kv, int D, dtyp
   p.n_splits = n_chunks;
   p.zero_ws = sel.ws.p;
   p.zero_bytes = select_ws_header_bytes();
+  p.stats_lo = stats_lo;
+  p.stats_tail = stats_tail;
   STATUS_OK(score_exact(p, launch_cfg{}));
   soft_vote_params v;
   v.logits = logits.p;
@@ -123,12 +126,12 @@ void run_exact(std::vector<int32_t> lens, int ps, int n_q, int n_kv, int D, dtyp
                        from_half_bits(q[(static_cast<size_t>(b) * n_q + h) * D + d], t)) *
                    kv.kf(b, tt, g, d);
           l[tt] = acc * scale * 1.4426950408889634;
-          mx = std::max(mx, l[tt]);
+          if (tt >= stats_lo && tt < L - stats_tail) mx = std::max(mx, l[tt]);
           want_l.push_back(l[tt]);
           got_l.push_back(lg[(static_cast<size_t>(row) * G + hh) * stride + tt]);
         }
         double z = 0;
-        for (double x : l) z += std::exp2(x - mx);
+        for (int tt = stats_lo; tt < L - stats_tail; ++tt) z += std::exp2(l[tt] - mx);
         for (int tt = 0; tt < L; ++tt) score[tt] += std::exp2(l[tt] - mx) / z;
       }
       for (int tt = 0; tt < L; ++tt) {
@@ -179,6 +182,10 @@ TEST(CudaScoreExact, LlamaShapeSoftVote) {
 TEST(CudaScoreExact, Head64F16) {
   SIEVE_REQUIRE_GPU();
   run_exact({1999}, 32, 9, 3, 64, dtype::f16, 512, 32);
+}
+TEST(CudaScoreExact, StatsOverTheSelectableRange) {
+  SIEVE_REQUIRE_GPU();
+  run_exact({1999, 300}, 16, 9, 3, 64, dtype::bf16, 256, 34, 16, 65);
 }
 TEST(CudaScoreExact, Head256OddPage) {
   SIEVE_REQUIRE_GPU();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #ifdef SIEVE_HAVE_CUDA
 #include "engine/engine_generate.h"
 #include "gpu/cuda_runner.h"
@@ -44,7 +46,7 @@ GpuRunner::GpuRunner(const Model& model, int32_t n_ctx, const Options& opt)
   impl_->model = &model;
   EngineConfig ec;
   ec.n_ctx = n_ctx;
-  ec.max_running = 1;
+  ec.max_running = std::max(1, opt.max_running);
   ec.max_batch_tokens = 512;
   ec.prefix_cache = opt.prefix_cache;
   ec.max_step_ms = 0;  // one request at a time: steps sized by tokens, as measured
@@ -74,6 +76,12 @@ std::string GpuRunner::device() const {
   return fmt::format("{}, {:.2f} GiB of bf16 weights, {:.2f} GiB of KV pages",
                      impl_->runner->device_name(), impl_->runner->weight_bytes() / 1073741824.0,
                      impl_->runner->kv_pool_bytes() / 1073741824.0);
+}
+Engine& GpuRunner::engine() {
+  return *impl_->engine;
+}
+int64_t GpuRunner::kv_pool_bytes() const {
+  return impl_->runner->kv_pool_bytes();
 }
 namespace {
 class GpuEvalRunner final : public eval::Runner_i {
@@ -126,6 +134,12 @@ GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOption
 }
 std::string GpuRunner::device() const {
   return "cuda";
+}
+Engine& GpuRunner::engine() {
+  throw UserError(k_no_cuda_error);
+}
+int64_t GpuRunner::kv_pool_bytes() const {
+  return 0;
 }
 #endif
 

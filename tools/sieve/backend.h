@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
 #include "eval/runner.h"
@@ -33,6 +34,7 @@ class GpuRunner {
   struct Options {
     bool prefix_cache = true;  // false: every request prefills its whole prompt (benchmarks)
     double mem_fraction = 0.9;
+    int32_t max_running = 1;  // sequences decoded together (the decode-at-depth bench: > 1)
   };
   GpuRunner(const Model& model, int32_t n_ctx, const Options& opt);
   ~GpuRunner();
@@ -40,6 +42,9 @@ class GpuRunner {
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& g,
                          const std::function<bool(int32_t)>& on_token);
   std::string device() const;  // "NVIDIA H200, 0.27 GiB of bf16 weights, ..."
+  // The engine itself, for callers that run several requests at once (bench_gpu_depth.cpp).
+  Engine& engine();
+  int64_t kv_pool_bytes() const;  // device memory of the KV pages
 
  private:
   struct Impl;

@@ -15,12 +15,15 @@
 # from HDR with random_gguf.py: RANDOM_GGUF, default .carry/random_gguf.py), OUT (JSON lines),
 # LENGTHS (default 131072), BATCHES (default 1,8; "fit" = as many as the pool holds),
 # POLICIES (default dense,auto,sketch,stca,rtpurbo,uniprefill; a policy the GPU refuses gets a
-# row with its error), SHARED_PREFILL (a policy: prefill each length once with it and decode
-# every policy over it; default: each policy prefills its own), SETS (default positions=original,
+# row with its error), SHARED_PREFILL (default dense: prefill each length once with it and decode
+# every policy over it; empty: each policy decodes over its own prefill), OWN_TTFT (default 1:
+# each policy also prefills its own copy once, for its time to first token; 0 at 512K and up,
+# where dense's own prefill takes minutes), SETS (default positions=original,
 # comma-separated --set knobs for every sparse policy), HEAD_PLAN (rtpurbo's heads.json),
 # N_DECODE (64), REPS (2), WARMUP (1), LLAMA_BIN (dir with llama-bench; unset: no llama.cpp),
 # LLAMA_DEPTHS (default: the LENGTHS up to 131072), LLAMA_REPS (2), TAG (a name for the call),
-# SIEVE_TIMEOUT (seconds, default 480: rows measured before it stay), GPU_MEM_FRACTION (0.9).
+# SIEVE_TIMEOUT (seconds, default 480: rows measured before it stay), GPU_MEM_FRACTION (0.9),
+# BACKEND (cuda; cpu runs the same on the CPU engine: a smoke test of the script without a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT (the JSON lines file)}"
@@ -32,7 +35,8 @@ SIEVE=${SIEVE:-.carry/sieve}
 LENGTHS=${LENGTHS:-131072}
 BATCHES=${BATCHES:-1,8}
 POLICIES=${POLICIES:-dense,auto,sketch,stca,rtpurbo,uniprefill}
-SHARED_PREFILL=${SHARED_PREFILL:-}
+SHARED_PREFILL=${SHARED_PREFILL-dense}
+OWN_TTFT=${OWN_TTFT:-1}
 SETS=${SETS-positions=original}
 N_DECODE=${N_DECODE:-64}
 REPS=${REPS:-2}
@@ -59,12 +63,13 @@ fi
 DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 COMMIT=$(cat "$(dirname "$SIEVE")/commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-args=(bench --backend cuda -m "$MODEL" --lengths "$LENGTHS" --batch-seqs "$BATCHES"
+args=(bench --backend "${BACKEND:-cuda}" -m "$MODEL" --lengths "$LENGTHS" --batch-seqs "$BATCHES"
   --n-decode "$N_DECODE" --reps "$REPS" --warmup "$WARMUP" --policies "$POLICIES"
   --gpu-mem-fraction "$GPU_MEM_FRACTION" --rows-out "$LOGS/sieve_rows.jsonl")
 IFS=',' read -ra set_list <<< "$SETS"
 for s in "${set_list[@]}"; do [ -n "$s" ] && args+=(--set "$s"); done
 [ -n "$SHARED_PREFILL" ] && args+=(--shared-prefill "$SHARED_PREFILL")
+[ -n "$SHARED_PREFILL" ] && [ "$OWN_TTFT" = 1 ] && args+=(--own-ttft)
 if [ -n "${HEAD_PLAN:-}" ] && [[ ",$POLICIES" == *",rtpurbo"* ]]; then args+=(--head-plan "$HEAD_PLAN"); fi
 log "sieve ${args[*]}"
 : > "$LOGS/sieve_rows.jsonl"

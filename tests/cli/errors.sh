@@ -35,9 +35,7 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
   # each (policy, length) is now checked before the first runs, with or without a device
   expect_user_error bench-cuda-positions "\\(--lengths 9000 with --n-decode 8\\|built without CUDA\\)" "$SIEVE" bench \
     -m "$MODEL" --backend cuda --lengths 64 9000 --n-decode 8 --policies dense tokenselect
-  # the GPU's decode-at-depth mode: its flags, checked before any device is needed
-  expect_user_error bench-batch-seqs-cpu "runs on the GPU" "$SIEVE" bench -m "$MODEL" --lengths 64 \
-    --n-decode 1 --batch-seqs 1
+  # the decode-at-depth mode: its flags, checked before any device is needed
   expect_user_error bench-batch-seqs-fit-first "'fit' needs a number" "$SIEVE" bench -m "$MODEL" \
     --backend cuda --lengths 64 --n-decode 1 --batch-seqs fit
   expect_user_error bench-batch-seqs-bad "'0' is neither" "$SIEVE" bench -m "$MODEL" \

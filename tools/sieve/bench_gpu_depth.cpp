@@ -12,10 +12,10 @@
 #include "backend.h"
 #include "command.h"
 #include "core/log.h"
-
-#ifdef SIEVE_HAVE_CUDA
 #include "engine/kv_binding.h"
 #include "engine/sparse_seq.h"
+
+#ifdef SIEVE_HAVE_CUDA
 #include "gpu/gpu_policy.h"
 #endif
 
@@ -42,7 +42,6 @@ std::vector<int32_t> parse_batch_seqs(const std::vector<std::string>& items) {
   return out;
 }
 
-#ifdef SIEVE_HAVE_CUDA
 namespace {
 
 using bench_clock = std::chrono::steady_clock;
@@ -141,21 +140,39 @@ void add_ratios(nlohmann::json& rows) {
 
 }  // namespace
 
-void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
-                         const std::vector<PolicyPtr>& policies, const GpuDepthOptions& o,
-                         nlohmann::json& results, std::string& device) {
+void run_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
+                     const std::vector<PolicyPtr>& policies, const DepthOptions& o,
+                     nlohmann::json& results, std::string& device) {
   int32_t max_len = 0, max_b = 1;
   for (int32_t l : o.lengths) max_len = std::max(max_len, l);
   for (int32_t b : o.batch_seqs) max_b = std::max(max_b, b == 0 ? o.fit_cap : b);
   // Room for the prompt, the decoded tokens and the last page's rounding.
   const int32_t n_ctx = max_len + o.n_decode + 32;
-  GpuRunner::Options go;
-  go.prefix_cache = true;  // the batch's sequences share the prompt's pages
-  go.mem_fraction = o.mem_fraction;
-  go.max_running = max_b;
-  GpuRunner gpu(model, n_ctx, go);
-  Engine& engine = gpu.engine();
-  device = gpu.device();
+  const bool cuda = o.backend == "cuda";
+  std::unique_ptr<GpuRunner> gpu;
+  std::unique_ptr<Engine> cpu_engine;
+  if (cuda) {
+    GpuRunner::Options go;
+    go.prefix_cache = true;  // the batch's sequences share the prompt's pages
+    go.mem_fraction = o.mem_fraction;
+    go.max_running = max_b;
+    gpu = std::make_unique<GpuRunner>(model, n_ctx, go);
+    device = gpu->device();
+  } else {
+    // The CPU engine (the harness's own check, and CPU figures): a store with room for
+    // max_b sequences of n_ctx tokens.
+    EngineConfig ec;
+    ec.threads = o.threads;
+    ec.n_ctx = n_ctx;
+    ec.max_running = max_b;
+    ec.max_batch_tokens = 512;
+    ec.max_step_ms = 0;
+    ec.prefix_cache = true;
+    auto e = Engine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), ec);
+    if (!e) throw UserError(e.message());
+    cpu_engine = std::move(*e);
+  }
+  Engine& engine = cuda ? gpu->engine() : *cpu_engine;
   const KvStats ks = engine.kv_stats();
   const int64_t store_bytes = int64_t{ks.n_pages_total} * ks.page_bytes;
   log_info("bench: decode at depth, KV pool {:.2f} GiB ({} pages of {} KiB), {} B per token dense",
@@ -172,6 +189,11 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
     if (lines.is_open()) lines << r.dump() << std::endl;  // flushed: a killed run keeps it
     rows.push_back(std::move(r));
   };
+  // The store's sketch keys per KV head (the CPU engine keeps them; the GPU's store does not):
+  // its token is K + V (f16) + sketch (f32) + a position (kv_budget_bytes' rule).
+  const int64_t kv_row_bytes = 2LL * model.hp.kv_dim() * 2 + 4;
+  const auto sketch_dim =
+      static_cast<int32_t>((ks.token_bytes - kv_row_bytes) / (4LL * model.hp.n_head_kv));
   RequestParams base;
   base.sampling.temperature = 0.0f;
   base.stop_at_eog = false;
@@ -181,29 +203,34 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
     // each length's first prefill must compute every token (its time to first token).
     std::string shared_salt, shared_desc, shared_error;
     double shared_ttft = 0;
+    RequestParams shared_rp = base;
     if (o.shared_prefill) {
       const PolicyConfig sp = resolve_auto(*o.shared_prefill, len);
       shared_desc = sp.describe();
       shared_salt = fmt::format("bench:{}:shared:{}", len, shared_desc);
-      RequestParams rp = base;
-      rp.policy = o.shared_prefill;
-      rp.max_tokens = 1;
-      rp.cache_salt = shared_salt;
-      auto r = run_together(engine, rp, 1);
+      shared_rp.policy = o.shared_prefill;
+      shared_rp.max_tokens = 1;
+      shared_rp.cache_salt = shared_salt;
+      auto r = run_together(engine, shared_rp, 1);
       if (r) {
         shared_ttft = r->front().last.ttft_ms;
-        log_info("cuda prompt {}: shared prefill with {}: {:.0f} ms to the first token", len,
-                 shared_desc, shared_ttft);
+        log_info("{} prompt {}: shared prefill with {}: {:.0f} ms to the first token", o.backend,
+                 len, shared_desc, shared_ttft);
       } else {
         shared_error = fmt::format("shared prefill with {}: {}", shared_desc, r.message());
       }
     }
-    for (const PolicyPtr& policy : policies) {
+    // Evicting policies (stca, h2o) last: a sequence that holds a cached page alone rewrites it
+    // in place when it evicts (the store's rule), which takes the prompt out of the cache.
+    std::vector<PolicyPtr> order = policies;
+    std::stable_partition(order.begin(), order.end(),
+                          [&](const PolicyPtr& p) { return !resolve_auto(*p, len).evicts(); });
+    for (const PolicyPtr& policy : order) {
       const PolicyConfig resolved = resolve_auto(*policy, len);
       const std::string desc = resolved.describe();
       auto row_of = [&](int32_t b) {
-        return nlohmann::json{{"threads", 0},
-                              {"backend", "cuda"},
+        return nlohmann::json{{"threads", cuda ? 0 : o.threads},
+                              {"backend", o.backend},
                               {"mode", "decode_at_depth"},
                               {"prompt_tokens", len},
                               {"policy", desc},
@@ -214,7 +241,7 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
                               {"prefill_policy", o.shared_prefill ? shared_desc : desc}};
       };
       auto fail = [&](const std::string& why) {
-        log_warn("cuda prompt {} {}: {}", len, desc, why);
+        log_warn("{} prompt {} {}: {}", o.backend, len, desc, why);
         for (int32_t b : o.batch_seqs) {
           nlohmann::json r = row_of(b);
           r["error"] = why;
@@ -229,23 +256,27 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
         fail(st.message());
         continue;
       }
-      if (auto gp = gpu_policy_from(resolved); gp) {
+#ifdef SIEVE_HAVE_CUDA
+      if (auto gp = gpu_policy_from(resolved); cuda && gp) {
         if (Status st = gpu_check_length(*gp, model.hp, int64_t{len} + o.n_decode); !st) {
           fail(st.message());
           continue;
         }
       }
+#endif
       const std::string salt = o.shared_prefill
                                    ? shared_salt
                                    : fmt::format("bench:{}:{}", len, policy_cache_salt(resolved));
       // The policy's own prefill: its time to first token and what its prompt holds.
       double ttft = shared_ttft;
+      // the shared prefill was this policy's own
+      bool ttft_own = o.shared_prefill && desc == shared_desc;
       nlohmann::json prefill_facts = nlohmann::json::object();
-      if (!o.shared_prefill) {
+      if (!o.shared_prefill || (o.own_ttft && !ttft_own)) {
         RequestParams rp = base;
         rp.policy = policy;
         rp.max_tokens = 1;
-        rp.cache_salt = salt;
+        rp.cache_salt = fmt::format("bench:{}:{}", len, policy_cache_salt(resolved));
         auto r = run_together(engine, rp, 1);
         if (!r) {
           fail(r.message());
@@ -253,6 +284,7 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
         }
         const RequestEvent& ev = r->front().last;
         ttft = ev.ttft_ms;
+        ttft_own = true;
         prefill_facts = {{"prefill_cached_tokens", ev.cached_tokens},
                          {"prefill_row_fraction", ev.sparse.prefill_row_fraction()},
                          {"prefill_tokens_dropped", ev.sparse.prefill_dropped},
@@ -263,8 +295,9 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
       // store has the model's own layout (no default policy), so its sequences may hold more
       // than that; an engine serving the policy by default (`sieve serve --policy`) would not.
       const std::vector<KvCapacity> layout = kv_layout_for(&resolved, model.hp);
-      const int64_t layout_bytes = kv_budget_bytes(model.hp, int64_t{len} + o.n_decode, 1,
-                                                   ks.page_bytes / ks.token_bytes, 0, 0, &layout);
+      const int64_t layout_bytes =
+          kv_budget_bytes(model.hp, int64_t{len} + o.n_decode, 1, ks.page_bytes / ks.token_bytes,
+                          sketch_dim, 0, &layout);
       int64_t seq_bytes = 0;  // what one sequence held at its end, in the last batch
       for (int32_t b : o.batch_seqs) {
         nlohmann::json row = row_of(b);
@@ -282,6 +315,14 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
         std::vector<SeqRun> last;
         std::string error;
         for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {
+          // An evicting policy's last run took the shared prompt out of the cache: prefill it
+          // again once (a cache hit when it is still there) rather than once per sequence.
+          if (o.shared_prefill && resolved.evicts()) {
+            if (auto pr = run_together(engine, shared_rp, 1); !pr) {
+              error = pr.message();
+              break;
+            }
+          }
           auto r = run_together(engine, rp, n);
           if (!r) {
             error = r.message();
@@ -294,7 +335,7 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
           last = std::move(*r);
         }
         if (!error.empty()) {
-          log_warn("cuda prompt {} {} batch {}: {}", len, desc, n, error);
+          log_warn("{} prompt {} {} batch {}: {}", o.backend, len, desc, n, error);
           row["error"] = error;
           emit(row);
           continue;
@@ -313,7 +354,7 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
         row["step_ms"] = median(step_ms);
         row["reps"] = o.reps;
         row["ttft_ms"] = ttft;
-        row["ttft_own"] = !o.shared_prefill;
+        row["ttft_own"] = ttft_own;
         row["prefill_tok_s"] = ttft > 0 ? len / (ttft / 1000.0) : 0.0;
         row["cached_tokens"] = cached;
         row["selected_fraction"] = ss.selected_fraction();
@@ -333,11 +374,11 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
         }
         for (auto it = prefill_facts.begin(); it != prefill_facts.end(); ++it) row[it.key()] = *it;
         log_info(
-            "cuda prompt {} {} batch {}: decode {:.1f} tok/s ({:.2f} ms a step), first token "
+            "{} prompt {} {} batch {}: decode {:.1f} tok/s ({:.2f} ms a step), first token "
             "{:.0f} ms{}, read {:.1f}% of KV, selection cache hits {:.0f}%, {:.1f} KiB per token, "
             "{} such sequences fit in the pool",
-            len, desc, n, d, median(step_ms), ttft,
-            o.shared_prefill ? fmt::format(" (shared prefill, {})", shared_desc) : "",
+            o.backend, len, desc, n, d, median(step_ms), ttft,
+            ttft_own ? "" : fmt::format(" (shared prefill, {})", shared_desc),
             100 * ss.selected_fraction(), 100 * ss.hit_rate(),
             row["kv_bytes_per_token"].get<double>() / 1024.0, row["seqs_fit"].get<int64_t>());
         emit(row);
@@ -347,8 +388,8 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
   for (const auto& [item, why] : o.refused) {
     for (int32_t len : o.lengths) {
       for (int32_t b : o.batch_seqs) {
-        emit({{"threads", 0},
-              {"backend", "cuda"},
+        emit({{"threads", cuda ? 0 : o.threads},
+              {"backend", o.backend},
               {"mode", "decode_at_depth"},
               {"prompt_tokens", len},
               {"policy", item},
@@ -360,11 +401,5 @@ void run_gpu_depth_bench(const Model& model, const std::vector<int32_t>& prompt,
   add_ratios(rows);
   for (auto& r : rows) results.push_back(r);
 }
-#else
-void run_gpu_depth_bench(const Model&, const std::vector<int32_t>&, const std::vector<PolicyPtr>&,
-                         const GpuDepthOptions&, nlohmann::json&, std::string&) {
-  throw UserError(k_no_cuda_error);
-}
-#endif
 
 }  // namespace sieve::cli

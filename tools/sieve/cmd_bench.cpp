@@ -9,7 +9,8 @@
 // held at once), then the policies decode in turns of --round tokens (default 64), so the
 // decode ratios compare steps that ran side by side rather than minutes apart on a machine
 // whose speed drifts.
-// With --backend cuda --batch-seqs the GPU measures decode at depth instead (bench_gpu_depth.h):
+// With --batch-seqs (on the GPU, or the CPU engine) decode is measured at depth instead
+// (bench_gpu_depth.h):
 // one prefill per length and policy, then batches of sequences sharing that prompt decode
 // together; without it the GPU bench is the batch-1 bench above, every repetition prefilling.
 #include <fstream>
@@ -67,6 +68,7 @@ struct BenchOptions {
   // --batch-seqs: the GPU's decode-at-depth mode (bench_gpu_depth.h)
   std::vector<std::string> batch_seqs;
   std::string shared_prefill;
+  bool own_ttft = false;
   int32_t fit_cap = 64;
   double gpu_mem_fraction = 0.9;
   std::string rows_out;
@@ -316,8 +318,9 @@ int run(BenchOptions o) {
   nlohmann::json results = nlohmann::json::array();
   std::string device = cpu_features_string();
   if (depth) {
-    if (o.backend != "cuda") throw UserError("--batch-seqs runs on the GPU: add --backend cuda");
-    GpuDepthOptions d;
+    DepthOptions d;
+    d.backend = o.backend;
+    d.threads = o.threads.empty() ? 0 : o.threads.front();
     d.lengths = o.lengths;
     d.batch_seqs = parse_batch_seqs(o.batch_seqs);
     d.fit_cap = o.fit_cap;
@@ -327,6 +330,7 @@ int run(BenchOptions o) {
     d.mem_fraction = o.gpu_mem_fraction;
     d.refused = refused;
     d.rows_out = o.rows_out;
+    d.own_ttft = o.own_ttft;
     if (!o.shared_prefill.empty()) {
       auto sp = eval::make_policy_list(
           std::span<const std::string>(&o.shared_prefill, 1),
@@ -334,7 +338,7 @@ int run(BenchOptions o) {
       if (!sp) throw UserError("--shared-prefill: " + sp.message());
       d.shared_prefill = sp->front();
     }
-    run_gpu_depth_bench(model, prompt, policies, d, results, device);
+    run_depth_bench(model, prompt, policies, d, results, device);
     o.threads.clear();
   } else if (!o.shared_prefill.empty()) {
     throw UserError("--shared-prefill goes with --batch-seqs (the GPU's decode-at-depth mode)");
@@ -439,7 +443,8 @@ std::function<int()> setup(CLI::App& app) {
       "reads every key whatever they hold, so its decode speed is unchanged");
   add_backend_flag(app, o->backend);
   app.add_option("--batch-seqs", o->batch_seqs,
-                 "--backend cuda: decode at depth instead; per length and policy one prefill, "
+                 "decode at depth through the engine instead (--backend cuda; cpu: the CPU "
+                 "engine, --threads-list's first); per length and policy one prefill, "
                  "then batches of this many sequences sharing the prompt decode --n-decode "
                  "tokens together (e.g. 1,8; 'fit': as many as the KV pool holds at the length)")
       ->delimiter(',');
@@ -447,6 +452,9 @@ std::function<int()> setup(CLI::App& app) {
                  "--batch-seqs: prefill each length once with this policy and decode every policy "
                  "over it (saves a prefill per policy; decode speed does not depend on what the "
                  "keys hold); default: each policy prefills its own (its time to first token)");
+  app.add_flag("--own-ttft", o->own_ttft,
+               "--shared-prefill: each policy also prefills its own copy once, for its time to "
+               "first token (its batches still decode over the shared prompt)");
   app.add_option("--fit-cap", o->fit_cap, "--batch-seqs fit: at most this many sequences")
       ->check(CLI::Range(1, 1024));
   app.add_option("--rows-out", o->rows_out,

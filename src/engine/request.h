@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct RequestParams {
   int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
   PolicyPtr policy;               // sparse attention policy; nullptr: the engine's default
   int32_t priority = 0;           // lower runs first (admission, prefill order); ties: arrival
+  // The prefix-cache namespace of this request's pages. Unset: its policy's
+  // (policy_cache_salt), so a request reuses only K/V computed the way its own policy would
+  // compute them. `sieve bench --batch-seqs --shared-prefill` sets one salt for every policy
+  // so that all of them decode over one prefill: decode speed does not depend on the values
+  // the keys hold.
+  std::optional<std::string> cache_salt;
 };
 
 struct TokenLogprob {

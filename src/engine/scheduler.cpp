@@ -236,7 +236,8 @@ void Scheduler::admit() {
       if (preempt_for(r)) continue;
       break;
     }
-    auto added = kv_.add_sequence(r.tokens, policy_cache_salt(r.policy));
+    auto added =
+        kv_.add_sequence(r.tokens, r.p.cache_salt ? *r.p.cache_salt : policy_cache_salt(r.policy));
     if (!added) {
       finish(r, FinishReason::error, added.message());
       waiting_.pop_front();

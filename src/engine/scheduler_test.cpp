@@ -383,6 +383,41 @@ TEST(Scheduler, RunningStreamGetsATokenEveryStepWhileALongPromptIsAdmitted) {
   EXPECT_EQ(stream_token_steps.size(), 200u);
 }
 
+// The prefix cache is keyed by policy (a sparse prefill computes other K/V than a dense one);
+// a request's cache_salt replaces that key, which is how the GPU bench lets every policy decode
+// over one prefill.
+TEST(Scheduler, CacheSaltLetsPoliciesSharePrefixPages) {
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 256, 2, 16));
+  SchedulerConfig sc;
+  sc.n_ctx = 256;
+  Scheduler s(*m, pool, kv, sc);
+  auto cached_of = [&](RequestParams p) {
+    int32_t cached = -1;
+    s.submit(std::move(p), [&](const RequestEvent& e) {
+      if (e.finished) cached = e.cached_tokens;
+    });
+    while (s.step()) {
+    }
+    return cached;
+  };
+  RequestParams p;
+  p.prompt = prompt_of(*m, 40);  // > 2 pages
+  p.max_tokens = 1;
+  p.sampling.temperature = 0;
+  p.policy = std::make_shared<const PolicyConfig>(*make_policy("dense"));
+  ASSERT_EQ(cached_of(p), 0);
+  RequestParams q = p;
+  q.policy = std::make_shared<const PolicyConfig>(*make_policy("tokenselect"));
+  EXPECT_EQ(cached_of(q), 0);  // dense's pages are not tokenselect's
+  const int32_t full_pages = static_cast<int32_t>((p.prompt.size() - 1) / 16 * 16);
+  p.cache_salt = q.cache_salt = "shared";
+  ASSERT_EQ(cached_of(p), 0);  // a new namespace
+  EXPECT_EQ(cached_of(q), full_pages);
+}
+
 TEST(Scheduler, StopStringsSpanTokensAndAreNeverEmitted) {
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";

@@ -35,4 +35,31 @@ assert any(r["tokens_evicted"] > 0 for r in sel), [r["tokens_evicted"] for r in 
 PY
 check "each policy decodes the same tokens either way; the three differ; sparse ones select, stca evicts" $?
 
+# Decode at depth (--batch-seqs) on the CPU engine: one shared prefill, then batches that
+# find the prompt's full pages in the prefix cache - for stca too, whose eviction rewrites the
+# pages it holds alone (it runs last and re-prefills once); a policy that cannot be built
+# gets rows with its error; --rows-out holds every row; --own-ttft times each policy's own prefill.
+"$SIEVE" -q bench -m "$MODEL" --threads-list 2 --lengths 300 --n-decode 4 --reps 1 --warmup 0 \
+  -f "$TEXT" --batch-seqs 1,2,fit --fit-cap 2 --shared-prefill dense --own-ttft --rows-out "$tmp/rows.jsonl" \
+  --policies stca:top_k=8:sinks=2:local=4:kv_budget=64,dense,rtpurbo >"$tmp/depth.json" 2>>"$tmp/err"
+check "bench --batch-seqs runs on the CPU engine" $?
+python3 - "$tmp/depth.json" "$tmp/rows.jsonl" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["results"]
+lines = [json.loads(l) for l in open(sys.argv[2])]
+assert len(rows) == len(lines) == 9, (len(rows), len(lines))
+ok = [r for r in rows if "error" not in r]
+assert [r["batch"] for r in rows if r["policy"] == "rtpurbo"] == ["1", "2", "fit"], rows
+assert all("head plan" in r["error"] for r in rows if r["policy"] == "rtpurbo")
+assert len(ok) == 6 and all(r["cached_tokens"] == 288 and r["decode_tok_s"] > 0 for r in ok), ok
+dense = {r["batch"]: r for r in ok if r["is_dense"]}
+stca = {r["batch"]: r for r in ok if not r["is_dense"]}
+assert stca["1"]["seqs_fit"] > dense["1"]["seqs_fit"], (stca["1"], dense["1"])
+assert stca["fit"]["batch_seqs"] == 2 and stca["2"]["decode_vs_dense"] > 0
+# --own-ttft: dense's time is the shared prefill's, stca prefilled its own copy
+assert all(r["ttft_own"] for r in ok) and stca["1"]["prefill_cached_tokens"] == 0
+assert stca["1"]["ttft_speedup_vs_dense"] > 0
+PY
+check "each batch hits the prefix cache; stca fits more sequences; refused and streamed rows" $?
+
 [ "$fail" -eq 0 ] || { cat "$tmp/err"; exit 1; }

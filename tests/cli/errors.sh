@@ -35,9 +35,18 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
   # each (policy, length) is now checked before the first runs, with or without a device
   expect_user_error bench-cuda-positions "\\(--lengths 9000 with --n-decode 8\\|built without CUDA\\)" "$SIEVE" bench \
     -m "$MODEL" --backend cuda --lengths 64 9000 --n-decode 8 --policies dense tokenselect
+  # the decode-at-depth mode: its flags, checked before any device is needed
+  expect_user_error bench-batch-seqs-fit-first "'fit' needs a number" "$SIEVE" bench -m "$MODEL" \
+    --backend cuda --lengths 64 --n-decode 1 --batch-seqs fit
+  expect_user_error bench-batch-seqs-bad "'0' is neither" "$SIEVE" bench -m "$MODEL" \
+    --backend cuda --lengths 64 --n-decode 1 --batch-seqs 1,0
+  expect_user_error bench-shared-prefill-alone "goes with --batch-seqs" "$SIEVE" bench -m "$MODEL" \
+    --lengths 64 --n-decode 1 --shared-prefill auto
   # --backend cuda: a machine without a GPU (CI) says so; with one, a policy the GPU path lacks is named
   if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_user_error cuda-no-device "\\(no CUDA device is visible\\|built without CUDA\\)" "$SIEVE" run -m "$MODEL" --backend cuda -p hi -n 1
+    expect_user_error bench-depth-no-device "\\(no CUDA device is visible\\|built without CUDA\\)" "$SIEVE" bench \
+      -m "$MODEL" --backend cuda --lengths 64 --n-decode 1 --batch-seqs 1,8 --policies dense,auto
   else
     expect_user_error cuda-policy "policy 'h2o' does not run on the CUDA backend" "$SIEVE" run -m "$MODEL" \
       --backend cuda --policy h2o -p hi -n 1

@@ -87,6 +87,12 @@ int32_t GpuRunner::kv_fits(int32_t n_tokens) const {
   return static_cast<int32_t>(std::max<int64_t>(1, impl_->runner->kv_pool_bytes() / per_seq));
 }
 
+Engine& GpuRunner::engine() {
+  return *impl_->engine;
+}
+int64_t GpuRunner::kv_pool_bytes() const {
+  return impl_->runner->kv_pool_bytes();
+}
 namespace {
 GpuRunner::Options eval_options(int32_t concurrency) {
   GpuRunner::Options o;
@@ -158,6 +164,12 @@ std::string GpuRunner::device() const {
 }
 int32_t GpuRunner::kv_fits(int32_t) const {
   return 1;
+}
+Engine& GpuRunner::engine() {
+  throw UserError(k_no_cuda_error);
+}
+int64_t GpuRunner::kv_pool_bytes() const {
+  return 0;
 }
 #endif
 

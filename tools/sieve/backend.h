@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model_runner.h"
 #include "eval/runner.h"
@@ -43,6 +44,9 @@ class GpuRunner {
   std::string device() const;  // "NVIDIA H200, 0.27 GiB of bf16 weights, ..."
   // How many sequences of n_tokens each the KV pool holds at once (at least 1).
   int32_t kv_fits(int32_t n_tokens) const;
+  // The engine itself, for callers that run several requests at once (bench_gpu_depth.cpp).
+  Engine& engine();
+  int64_t kv_pool_bytes() const;  // device memory of the KV pages
 
  private:
   struct Impl;

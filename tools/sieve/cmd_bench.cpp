@@ -9,6 +9,10 @@
 // held at once), then the policies decode in turns of --round tokens (default 64), so the
 // decode ratios compare steps that ran side by side rather than minutes apart on a machine
 // whose speed drifts.
+// With --batch-seqs (on the GPU, or the CPU engine) decode is measured at depth instead
+// (bench_gpu_depth.h):
+// one prefill per length and policy, then batches of sequences sharing that prompt decode
+// together; without it the GPU bench is the batch-1 bench above, every repetition prefilling.
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +25,7 @@
 #include "backend.h"
 #include "bench_engine.h"
 #include "bench_gpu.h"
+#include "bench_gpu_depth.h"
 #include "bench_serve.h"
 #include "command.h"
 #include "core/cpu_features.h"
@@ -60,6 +65,13 @@ struct BenchOptions {
   std::vector<int32_t> concurrency = {1, 8};
   int32_t conc_prompt = 512;
   std::string backend = "cpu";
+  // --batch-seqs: the GPU's decode-at-depth mode (bench_gpu_depth.h)
+  std::vector<std::string> batch_seqs;
+  std::string shared_prefill;
+  bool own_ttft = false;
+  int32_t fit_cap = 64;
+  double gpu_mem_fraction = 0.9;
+  std::string rows_out;
 };
 
 void reserve_or_throw(KvStore& kv, KvSeqId seq, std::span<const int32_t> tokens) {
@@ -280,9 +292,26 @@ int run(BenchOptions o) {
     if (Status s = eval::attach_head_plan(items, o.head_plan, "--policies"); !s)
       throw UserError(s.message());
   }
-  auto listed = eval::make_policy_list(items, o.sets);
-  if (!listed) throw UserError(listed.message());
-  const std::vector<PolicyPtr> policies = std::move(*listed);
+  const bool depth = !o.batch_seqs.empty();
+  std::vector<PolicyPtr> policies;
+  std::vector<std::pair<std::string, std::string>> refused;  // depth mode: (item, why)
+  if (depth) {
+    // A matrix run on a GPU goes on past a policy it cannot build: that policy gets rows that
+    // say why.
+    for (const std::string& item : items) {
+      const bool dense = item == "dense";
+      auto one = eval::make_policy_list(std::span<const std::string>(&item, 1),
+                                        dense ? std::span<const std::string>() : o.sets);
+      if (one)
+        policies.push_back(one->front());
+      else
+        refused.emplace_back(item, one.message());
+    }
+  } else {
+    auto listed = eval::make_policy_list(items, o.sets);
+    if (!listed) throw UserError(listed.message());
+    policies = std::move(*listed);
+  }
   // --dense-prefill: the policy the dense rows prefill with, parsed once.
   const PolicyPtr dense_prefill = o.dense_prefill.empty()
                                       ? nullptr
@@ -290,7 +319,32 @@ int run(BenchOptions o) {
 
   nlohmann::json results = nlohmann::json::array();
   std::string device = cpu_features_string();
-  if (o.backend == "cuda") {
+  if (depth) {
+    DepthOptions d;
+    d.backend = o.backend;
+    d.threads = o.threads.empty() ? 0 : o.threads.front();
+    d.lengths = o.lengths;
+    d.batch_seqs = parse_batch_seqs(o.batch_seqs);
+    d.fit_cap = o.fit_cap;
+    d.n_decode = o.n_decode;
+    d.reps = o.reps;
+    d.warmup = o.warmup;
+    d.mem_fraction = o.gpu_mem_fraction;
+    d.refused = refused;
+    d.rows_out = o.rows_out;
+    d.own_ttft = o.own_ttft;
+    if (!o.shared_prefill.empty()) {
+      auto sp = eval::make_policy_list(
+          std::span<const std::string>(&o.shared_prefill, 1),
+          o.shared_prefill == "dense" ? std::span<const std::string>() : o.sets);
+      if (!sp) throw UserError("--shared-prefill: " + sp.message());
+      d.shared_prefill = sp->front();
+    }
+    run_depth_bench(model, prompt, policies, d, results, device);
+    o.threads.clear();
+  } else if (!o.shared_prefill.empty()) {
+    throw UserError("--shared-prefill goes with --batch-seqs (the GPU's decode-at-depth mode)");
+  } else if (o.backend == "cuda") {
     run_gpu_bench(model, prompt, policies, GpuBenchOptions{o.lengths, o.n_decode, o.reps, o.warmup},
                   results, device);
     o.threads.clear();
@@ -323,8 +377,10 @@ int run(BenchOptions o) {
       for (auto& r : runs) results.push_back(r->report(nt, len, o.n_decode, o.dense_prefill));
     }
   }
-  // Side-by-side ratios to dense at the same threads and length.
+  // Side-by-side ratios to dense at the same threads and length (the depth mode adds its own,
+  // per batch).
   for (auto& r : results) {
+    if (depth) break;
     for (const auto& d : results) {
       if (d["policy"] == "dense" && d["threads"] == r["threads"] &&
           d["prompt_tokens"] == r["prompt_tokens"]) {
@@ -348,6 +404,13 @@ int run(BenchOptions o) {
                       {"backend", o.backend},
                       {"device", device},
                       {"results", results}};
+  if (depth) {
+    j["note"] =
+        "decode at depth: each batch's sequences share the prompt's KV pages through the prefix "
+        "cache (one prefill per length and policy, or one per length with --shared-prefill); "
+        "every sequence's attention still reads all of its keys, from the same physical pages, "
+        "so reads that coincide may hit L2 (compare dense step_ms with distinct_kv_floor_ms)";
+  }
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -383,6 +446,26 @@ std::function<int()> setup(CLI::App& app) {
       "prefill the dense rows with this policy to save time at long lengths; dense decode "
       "reads every key whatever they hold, so its decode speed is unchanged");
   add_backend_flag(app, o->backend);
+  app.add_option("--batch-seqs", o->batch_seqs,
+                 "decode at depth through the engine instead (--backend cuda; cpu: the CPU "
+                 "engine, --threads-list's first); per length and policy one prefill, "
+                 "then batches of this many sequences sharing the prompt decode --n-decode "
+                 "tokens together (e.g. 1,8; 'fit': as many as the KV pool holds at the length)")
+      ->delimiter(',');
+  app.add_option("--shared-prefill", o->shared_prefill,
+                 "--batch-seqs: prefill each length once with this policy and decode every policy "
+                 "over it (saves a prefill per policy; decode speed does not depend on what the "
+                 "keys hold); default: each policy prefills its own (its time to first token)");
+  app.add_flag("--own-ttft", o->own_ttft,
+               "--shared-prefill: each policy also prefills its own copy once, for its time to "
+               "first token (its batches still decode over the shared prompt)");
+  app.add_option("--fit-cap", o->fit_cap, "--batch-seqs fit: at most this many sequences")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--rows-out", o->rows_out,
+                 "--batch-seqs: also append each row to this file as a JSON line when measured");
+  app.add_option("--gpu-mem-fraction", o->gpu_mem_fraction,
+                 "--batch-seqs: share of the GPU's memory for weights, workspaces and KV pages")
+      ->check(CLI::Range(0.05, 1.0));
   app.add_flag("--engine", o->engine,
                "engine core instead: repeated-prompt prefix hit and N concurrent sequences");
   app.add_option("--prefix-len", o->prefix_len, "--engine: repeated prompt length")

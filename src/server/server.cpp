@@ -106,8 +106,9 @@ Status Server::start() {
   http_ = std::make_unique<HttpServer>(
       cfg_.http, [this](HttpExchange& ex) { handle(ex); },
       [](int status, std::string_view msg) {
-        return error_body(ApiError{status, std::string(msg), "",
-                                   status == 413 ? "request_too_large" : "", "", json::object()});
+        // 503 from the HTTP layer: no connection slot or no room in the in-flight budget
+        const char* code = status == 413 ? "request_too_large" : status == 503 ? "server_busy" : "";
+        return error_body(ApiError{status, std::string(msg), "", code, "", json::object()});
       },
       // The key is checked on the head, before the body is read: an unauthenticated client
       // gets no buffer of up to --max-body-bytes.

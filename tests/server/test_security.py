@@ -103,7 +103,7 @@ def test_inflight_byte_budget(make_server):
         body = b'{"prompt": "' + b"a" * 300000 + b'"}'
         status, r, _ = s.request("POST", COMPLETIONS, raw=body)
         assert status == 503, r
-        assert "in flight" in r["error"]["message"]
+        assert "in flight" in r["error"]["message"] and r["error"]["code"] == "server_busy"
         status, r, _ = s.post(COMPLETIONS, {"prompt": "Hi", "max_tokens": 1})
         assert status == 200, r
     finally:

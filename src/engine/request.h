@@ -26,8 +26,11 @@ struct RequestParams {
   std::vector<std::string> stop;  // stop strings (may span tokens; never emitted)
   bool logprobs = false;          // log-probability of each generated token
   int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
-  PolicyPtr policy;               // sparse attention policy; nullptr: the engine's default
-  int32_t priority = 0;           // lower runs first (admission, prefill order); ties: arrival
+  // Log-probability of every prompt token after the first (with n_logprobs alternatives), as
+  // OpenAI's echo reports them. The prompt is then computed whole: no prefix-cache hits.
+  bool prompt_logprobs = false;
+  PolicyPtr policy;      // sparse attention policy; nullptr: the engine's default
+  int32_t priority = 0;  // lower runs first (admission, prefill order); ties: arrival
   // The prefix-cache namespace of this request's pages. Unset: its policy's
   // (policy_cache_salt), so a request reuses only K/V computed the way its own policy would
   // compute them. `sieve bench --batch-seqs --shared-prefill` sets one salt for every policy
@@ -41,6 +44,12 @@ struct TokenLogprob {
   float logprob = 0;
 };
 
+// The log-probability of one token given the tokens before it, with the top alternatives.
+struct PromptLogprob {
+  float logprob = 0;
+  std::vector<TokenLogprob> top;
+};
+
 // One event per generated token, then a final one (finished = true).
 struct RequestEvent {
   RequestId id = 0;
@@ -48,6 +57,9 @@ struct RequestEvent {
   std::string text;               // text released by this event (stop strings held back)
   float logprob = 0;              // of `token`
   std::vector<TokenLogprob> top;  // n_logprobs alternatives
+  // With prompt_logprobs, on the first event (a token's or the final one): entry k is prompt
+  // token k + 1's (the first token has none) [n_prompt - 1].
+  std::vector<PromptLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::none;
   std::string error;  // when reason == error

@@ -44,11 +44,40 @@ struct Scheduler::Req {
   int64_t kv_bytes = 0;               // KV held at the last step
   std::chrono::steady_clock::time_point t_submit;
   double ttft_ms = 0;
-  double queue_ms = 0;   // submit -> first admission
-  uint64_t arrival = 0;  // submit order: the tie-break after priority
+  double queue_ms = 0;                   // submit -> first admission
+  uint64_t arrival = 0;                  // submit order: the tie-break after priority
+  std::vector<PromptLogprob> prompt_lp;  // prompt_logprobs: tokens 1.. scored so far
+  bool prompt_lp_sent = false;
+  // Prompt tokens still to score: their rows are computed (all_logits) and the prefix cache
+  // is not used, so that every prompt position runs through the model.
+  bool scoring_prompt() const {
+    return p.prompt_logprobs && static_cast<int32_t>(prompt_lp.size()) < n_prompt - 1;
+  }
 };
 
 namespace {
+
+// log p(tok) and the top n alternatives from one row of raw logits: log-softmax at
+// temperature 1, before penalties, as OpenAI reports (generated and prompt tokens alike).
+PromptLogprob token_logprobs(const float* logits, int32_t V, int32_t tok, int32_t n_top) {
+  float mx = logits[0];
+  for (int32_t v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
+  double sum = 0;
+  for (int32_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v] - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  PromptLogprob out;
+  out.logprob = logits[tok] - lse;
+  const int32_t k = std::min(n_top, V);
+  if (k > 0) {
+    std::vector<int32_t> ids(V);
+    for (int32_t v = 0; v < V; ++v) ids[v] = v;
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int32_t i = 0; i < k; ++i) out.top.push_back({ids[i], logits[ids[i]] - lse});
+  }
+  return out;
+}
 
 // The one order of the scheduler: priority (lower first), then arrival.
 template <class R>
@@ -172,6 +201,10 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.error = error;
   // Text held back for a possible stop string is released unless a stop string matched.
   if (reason != FinishReason::error) ev.text = std::move(r.held);
+  if (r.p.prompt_logprobs && !r.prompt_lp_sent) {
+    ev.prompt_logprobs = std::move(r.prompt_lp);
+    r.prompt_lp_sent = true;
+  }
   ev.prompt_tokens = r.n_prompt;
   ev.cached_tokens = r.cached_tokens;
   ev.completion_tokens = r.n_generated;
@@ -236,8 +269,11 @@ void Scheduler::admit() {
       if (preempt_for(r)) continue;
       break;
     }
+    // A prompt being scored is computed whole: offered one token, the cache matches nothing.
+    const std::span<const int32_t> lookup =
+        r.scoring_prompt() ? std::span<const int32_t>(r.tokens).first(1) : r.tokens;
     auto added =
-        kv_.add_sequence(r.tokens, r.p.cache_salt ? *r.p.cache_salt : policy_cache_salt(r.policy));
+        kv_.add_sequence(lookup, r.p.cache_salt ? *r.p.cache_salt : policy_cache_salt(r.policy));
     if (!added) {
       finish(r, FinishReason::error, added.message());
       waiting_.pop_front();
@@ -290,23 +326,13 @@ void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
   ev.id = r.id;
   ev.token = tok;
   if (r.p.logprobs || r.p.n_logprobs > 0) {
-    // log-softmax of the raw logits (temperature 1, before penalties), as OpenAI reports
-    const int32_t V = model_.hp.n_vocab;
-    float mx = logits[0];
-    for (int32_t v = 1; v < V; ++v) mx = std::max(mx, logits[v]);
-    double sum = 0;
-    for (int32_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v] - mx));
-    const float lse = mx + static_cast<float>(std::log(sum));
-    ev.logprob = logits[tok] - lse;
-    if (r.p.n_logprobs > 0) {
-      std::vector<int32_t> ids(V);
-      for (int32_t v = 0; v < V; ++v) ids[v] = v;
-      const int32_t k = std::min(r.p.n_logprobs, V);
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-      });
-      for (int32_t i = 0; i < k; ++i) ev.top.push_back({ids[i], logits[ids[i]] - lse});
-    }
+    PromptLogprob lp = token_logprobs(logits, model_.hp.n_vocab, tok, r.p.n_logprobs);
+    ev.logprob = lp.logprob;
+    ev.top = std::move(lp.top);
+  }
+  if (r.p.prompt_logprobs && !r.prompt_lp_sent) {
+    ev.prompt_logprobs = std::move(r.prompt_lp);
+    r.prompt_lp_sent = true;
   }
   if (r.n_generated == 1) {
     r.ttft_ms =
@@ -362,15 +388,24 @@ void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
 }
 
 bool Scheduler::step() {
+  // The gauges hold at every exit (requests that finish without running, failed steps).
+  struct CountsOnExit {
+    Scheduler& s;
+    ~CountsOnExit() {
+      s.stats_.running = static_cast<int32_t>(s.running_.size());
+      s.stats_.waiting = static_cast<int32_t>(s.waiting_.size());
+    }
+  } counts{*this};
   reap();
   admit();
   stats_.waiting = static_cast<int32_t>(waiting_.size());
   stats_.running = static_cast<int32_t>(running_.size());
   if (running_.empty()) return false;
 
-  // Requests that generate nothing finish after their prompt is known (max_tokens == 0).
+  // Requests that generate nothing finish after their prompt is known (max_tokens == 0),
+  // unless their prompt is to be scored.
   for (auto& r : running_) {
-    if (r->p.max_tokens == 0) finish(*r, FinishReason::length);
+    if (r->p.max_tokens == 0 && !r->scoring_prompt()) finish(*r, FinishReason::length);
   }
   std::erase_if(running_, [](const auto& r) { return r->done; });
   if (running_.empty()) return true;
@@ -459,7 +494,7 @@ bool Scheduler::step() {
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
     batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n),
-                     false, it.r->sparse.get()});
+                     it.r->scoring_prompt(), it.r->sparse.get()});
   }
   Status s = runner_.run(batch, logits_);
   stats_.steps++;
@@ -468,8 +503,23 @@ bool Scheduler::step() {
     std::erase_if(running_, [](const auto& r) { return r->done; });
     return true;
   }
+  const int32_t V = model_.hp.n_vocab;
+  size_t row0 = 0;  // the first logits row of item i: all_logits entries have one per token
   for (size_t i = 0; i < items.size(); ++i) {
     Req& r = *items[i].r;
+    const size_t n_rows = batch[i].all_logits ? static_cast<size_t>(items[i].n) : 1;
+    const float* rows = logits_.data() + row0 * static_cast<size_t>(V);
+    row0 += n_rows;
+    if (batch[i].all_logits) {
+      // Row j predicts token begin + j + 1: score the prompt tokens not scored yet.
+      for (int32_t j = 0; j < items[i].n; ++j) {
+        const int32_t target = items[i].begin + j + 1;
+        if (target != static_cast<int32_t>(r.prompt_lp.size()) + 1 || target >= r.n_prompt)
+          continue;
+        r.prompt_lp.push_back(
+            token_logprobs(rows + static_cast<size_t>(j) * V, V, r.tokens[target], r.p.n_logprobs));
+      }
+    }
     if (r.sparse) {
       if (Status es = sparse_after_step(kv_, r.seq, *r.sparse, model_.hp); !es) {
         finish(r, FinishReason::error, es.message());
@@ -481,8 +531,12 @@ bool Scheduler::step() {
     if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size()))
       continue;                 // more prompt
     if (r.cancelled) continue;  // reaped next step
-    const float* row = logits_.data() + i * static_cast<size_t>(model_.hp.n_vocab);
-    const int32_t tok = r.sampler->sample(std::span<const float>(row, model_.hp.n_vocab), r.tokens);
+    if (r.p.max_tokens == 0) {  // a prompt scored, nothing to generate
+      finish(r, FinishReason::length);
+      continue;
+    }
+    const float* row = rows + (n_rows - 1) * static_cast<size_t>(V);
+    const int32_t tok = r.sampler->sample(std::span<const float>(row, V), r.tokens);
     r.tokens.push_back(tok);
     r.n_generated++;
     stats_.generated_tokens++;

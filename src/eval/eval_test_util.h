@@ -17,7 +17,9 @@ class WordTokenizer final : public Tokenizer {
     bos_ = 0;
     add_bos_ = true;
   }
-  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool) const override {
+  std::vector<int32_t> encode_spans(std::span<const TextSpan> spans, bool add_bos) const override {
+    std::string text;
+    for (const TextSpan& s : spans) text += s.text;
     std::vector<int32_t> out;
     if (add_bos) out.push_back(0);
     bool in_word = false;

@@ -69,9 +69,17 @@ std::string_view jinja_trim(std::string_view s) {
   return s;
 }
 
-Result<std::string> render_chatml(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,
-                                  bool add_generation_prompt) {
-  std::string out;
+// Appends message text and records where it lies (it is the user's, not the template's).
+void append_content(RenderedChat& r, std::string_view text) {
+  if (text.empty()) return;
+  r.content.emplace_back(r.text.size(), text.size());
+  r.text += text;
+}
+
+Result<RenderedChat> render_chatml(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,
+                                   bool add_generation_prompt) {
+  RenderedChat r;
+  std::string& out = r.text;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
     if (m.role != "system" && m.role != "user" && m.role != "assistant") {
@@ -86,20 +94,22 @@ Result<std::string> render_chatml(const ChatTemplateInfo& info, std::span<const 
     out += "<|im_start|>";
     out += m.role;
     out += '\n';
-    out += m.content;
+    append_content(r, m.content);
     out += "<|im_end|>\n";
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+  return r;
 }
 
-Result<std::string> render_gemma(std::span<const ChatMessage> msgs, bool add_generation_prompt,
-                                 std::string_view bos_text) {
-  std::string out(bos_text);
-  std::string first_prefix;
+Result<RenderedChat> render_gemma(std::span<const ChatMessage> msgs, bool add_generation_prompt,
+                                  std::string_view bos_text) {
+  RenderedChat r;
+  std::string& out = r.text;
+  out = bos_text;
+  const ChatMessage* system = nullptr;
   size_t begin = 0;
   if (!msgs.empty() && msgs[0].role == "system") {
-    first_prefix = msgs[0].content + "\n\n";
+    system = &msgs[0];
     begin = 1;
   }
   for (size_t i = begin; i < msgs.size(); ++i) {
@@ -115,12 +125,15 @@ Result<std::string> render_gemma(std::span<const ChatMessage> msgs, bool add_gen
     out += "<start_of_turn>";
     out += want_user ? "user" : "model";
     out += '\n';
-    if (i == begin) out += first_prefix;
-    out += jinja_trim(m.content);
+    if (i == begin && system) {
+      append_content(r, system->content);
+      out += "\n\n";
+    }
+    append_content(r, jinja_trim(m.content));
     out += "<end_of_turn>\n";
   }
   if (add_generation_prompt) out += "<start_of_turn>model\n";
-  return out;
+  return r;
 }
 
 }  // namespace
@@ -149,8 +162,9 @@ Result<ChatTemplateInfo> detect_chat_template(std::string_view tmpl) {
       tmpl.substr(0, kShown), tmpl.size() > kShown ? "..." : "");
 }
 
-Result<std::string> render_chat(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,
-                                bool add_generation_prompt, std::string_view bos_text) {
+Result<RenderedChat> render_chat_parts(const ChatTemplateInfo& info,
+                                       std::span<const ChatMessage> msgs,
+                                       bool add_generation_prompt, std::string_view bos_text) {
   switch (info.kind) {
     case ChatTemplateKind::chatml:
       return render_chatml(info, msgs, add_generation_prompt);
@@ -158,6 +172,13 @@ Result<std::string> render_chat(const ChatTemplateInfo& info, std::span<const Ch
       return render_gemma(msgs, add_generation_prompt, bos_text);
   }
   return make_error("internal: unknown chat template kind");
+}
+
+Result<std::string> render_chat(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,
+                                bool add_generation_prompt, std::string_view bos_text) {
+  auto r = render_chat_parts(info, msgs, add_generation_prompt, bos_text);
+  if (!r) return r.error();
+  return std::move(r->text);
 }
 
 Result<std::string> apply_chat_template(std::string_view tmpl, std::string_view bos_text,
@@ -175,6 +196,26 @@ Result<std::string> apply_chat_template(const Tokenizer& tok, std::span<const Ch
   const std::string_view bos_text =
       tok.add_bos() || tok.bos_id() < 0 ? std::string_view() : tok.token_text(tok.bos_id());
   return apply_chat_template(tok.chat_template(), bos_text, msgs, add_generation_prompt);
+}
+
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                         bool add_generation_prompt, bool parse_special_content) {
+  auto info = detect_chat_template(tok.chat_template());
+  if (!info) return info.error();
+  const std::string_view bos_text =
+      tok.add_bos() || tok.bos_id() < 0 ? std::string_view() : tok.token_text(tok.bos_id());
+  auto r = render_chat_parts(*info, msgs, add_generation_prompt, bos_text);
+  if (!r) return r.error();
+  const std::string_view text = r->text;
+  std::vector<TextSpan> spans;
+  size_t at = 0;
+  for (const auto& [off, len] : r->content) {
+    if (off > at) spans.push_back({text.substr(at, off - at), true});
+    spans.push_back({text.substr(off, len), parse_special_content});
+    at = off + len;
+  }
+  if (at < text.size()) spans.push_back({text.substr(at), true});
+  return tok.encode_spans(spans, true);
 }
 
 }  // namespace sieve

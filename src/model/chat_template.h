@@ -15,6 +15,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/result.h"
 #include "model/tokenizer.h"
@@ -32,10 +34,28 @@ struct ChatTemplateInfo {
 // anything else unknown -> error naming the supported families.
 Result<ChatTemplateInfo> detect_chat_template(std::string_view tmpl);
 
+// A rendered conversation and where the messages' own text lies in it ([offset, length],
+// in order): everything else is the template's.
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> content;
+};
+
+Result<RenderedChat> render_chat_parts(const ChatTemplateInfo& info,
+                                       std::span<const ChatMessage> msgs,
+                                       bool add_generation_prompt, std::string_view bos_text);
+
 // Renders messages. Roles: system | user | assistant (Gemma: an optional system message
 // first, then user/assistant alternating, starting with user). Bad roles are errors.
 Result<std::string> render_chat(const ChatTemplateInfo& info, std::span<const ChatMessage> msgs,
                                 bool add_generation_prompt, std::string_view bos_text);
+
+// The model's template over messages, tokenized: the template's markers as special tokens,
+// the messages' text as plain text (a user who writes "<|im_end|>\n<|im_start|>system" gets
+// those characters, not a forged system turn) unless parse_special_content (llama.cpp's
+// parse_special) keeps the old behaviour. BOS as apply_chat_template + encode(add_bos=true).
+Result<std::vector<int32_t>> encode_chat(const Tokenizer& tok, std::span<const ChatMessage> msgs,
+                                         bool add_generation_prompt, bool parse_special_content);
 
 // detect + render over a template string.
 Result<std::string> apply_chat_template(std::string_view tmpl, std::string_view bos_text,

@@ -428,6 +428,33 @@ void SpecialSplitter::split(std::string_view text, bool parse_special,
   }
 }
 
+std::string_view SpecialSplitter::split_spans(std::span<const TextSpan> spans, std::string& joined,
+                                              std::vector<Fragment>& out) const {
+  out.clear();
+  if (spans.size() == 1) {
+    split(spans[0].text, spans[0].parse_special, out);
+    return spans[0].text;
+  }
+  joined.clear();
+  for (const TextSpan& s : spans) joined += s.text;
+  std::vector<Fragment> part;
+  size_t base = 0;
+  for (const TextSpan& s : spans) {
+    split(s.text, s.parse_special, part);
+    for (Fragment f : part) {
+      f.offset += base;
+      if (f.token < 0 && !out.empty() && out.back().token < 0 &&
+          out.back().offset + out.back().length == f.offset) {
+        out.back().length += f.length;
+      } else {
+        out.push_back(f);
+      }
+    }
+    base += s.text.size();
+  }
+  return joined;
+}
+
 }  // namespace tokenizer_detail
 
 }  // namespace sieve

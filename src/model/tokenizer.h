@@ -40,6 +40,12 @@ struct TokenizerVocab {
   std::string chat_template;
 };
 
+// A piece of input text and whether control-token texts inside it may become their ids.
+struct TextSpan {
+  std::string_view text;
+  bool parse_special = false;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -53,8 +59,17 @@ class Tokenizer {
   // when the model asks for that (add_eos_token), like llama.cpp's add_special.
   // Invalid UTF-8 never fails: byte-level BPE sees each bad byte as U+FFFD (as llama.cpp
   // does); SentencePiece encodes bad bytes with byte-fallback tokens.
-  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos,
-                                      bool parse_special) const = 0;
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const {
+    const TextSpan span{text, parse_special};
+    return encode_spans(std::span<const TextSpan>(&span, 1), add_bos);
+  }
+  // encode() of the spans' concatenation, where control tokens are matched only inside spans
+  // with parse_special: a chat template's own markers are, user content is plain text even
+  // where it spells <|im_start|>. Text that is not a special token is tokenized across span
+  // boundaries exactly as one text, so without special texts in the content the ids equal
+  // encode(concatenation, add_bos, true).
+  virtual std::vector<int32_t> encode_spans(std::span<const TextSpan> spans,
+                                            bool add_bos) const = 0;
   // The bytes a token stands for (byte tokens -> the byte; control tokens -> "" unless
   // render_special). Pieces may be partial UTF-8: concatenate before printing.
   // Ids outside [0, n_vocab) give "" (decode skips them).

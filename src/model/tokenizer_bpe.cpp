@@ -170,19 +170,23 @@ class BpeTokenizer final : public Tokenizer {
 
   int32_t find_token(std::string_view text) const override { return index_.find(text); }
 
-  std::vector<int32_t> encode(std::string_view text, bool add_bos,
-                              bool parse_special) const override {
+  std::vector<int32_t> encode_spans(std::span<const TextSpan> in_spans,
+                                    bool add_bos) const override {
+    // Regexes need valid UTF-8; llama.cpp likewise reads each invalid byte as U+FFFD.
+    std::vector<TextSpan> spans(in_spans.begin(), in_spans.end());
+    std::vector<std::string> sanitized(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (!utf8_is_valid(spans[i].text)) {
+        sanitized[i] = utf8_sanitize(spans[i].text);
+        spans[i].text = sanitized[i];
+      }
+    }
+    std::string joined;
+    std::vector<Fragment> frags;
+    const std::string_view text = specials_.split_spans(spans, joined, frags);
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
     if (add_bos && add_bos_) out.push_back(bos_);
-    // Regexes need valid UTF-8; llama.cpp likewise reads each invalid byte as U+FFFD.
-    std::string sanitized;
-    if (!utf8_is_valid(text)) {
-      sanitized = utf8_sanitize(text);
-      text = sanitized;
-    }
-    std::vector<Fragment> frags;
-    specials_.split(text, parse_special, frags);
     thread_local MatchData match_data;
     std::vector<std::pair<size_t, size_t>> a, b;
     Work work;

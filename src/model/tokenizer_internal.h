@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,6 +35,11 @@ class SpecialSplitter {
   // `tokens` must outlive the splitter and not change (it is the tokenizer's own vector).
   void build(const std::vector<std::string>& tokens, const std::vector<TokenType>& types);
   void split(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
+  // split() of each span (with its own parse_special) over their concatenation, which is
+  // returned (a view of the one span, or of `joined`); neighbouring raw fragments are merged,
+  // so text is tokenized across span boundaries as one.
+  std::string_view split_spans(std::span<const TextSpan> spans, std::string& joined,
+                               std::vector<Fragment>& out) const;
   bool empty() const { return by_rank_.empty(); }
 
  private:

@@ -50,13 +50,13 @@ class SpmTokenizer final : public Tokenizer {
 
   int32_t find_token(std::string_view text) const override { return index_.find(text); }
 
-  std::vector<int32_t> encode(std::string_view text, bool add_bos,
-                              bool parse_special) const override {
+  std::vector<int32_t> encode_spans(std::span<const TextSpan> spans, bool add_bos) const override {
+    std::string joined;
+    std::vector<Fragment> frags;
+    const std::string_view text = specials_.split_spans(spans, joined, frags);
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
     if (add_bos && add_bos_) out.push_back(bos_);
-    std::vector<Fragment> frags;
-    specials_.split(text, parse_special, frags);
     Work work;
     std::string escaped;
     bool prev_special = true;  // the first raw fragment gets the space prefix

@@ -286,8 +286,12 @@ bool HttpExchange::peer_closed() const {
 // ---------------------------------------------------------------------------------------
 // HttpServer
 
-HttpServer::HttpServer(HttpLimits limits, Handler handler, ErrorBody error_body)
-    : lim_(limits), handler_(std::move(handler)), error_body_(std::move(error_body)) {}
+HttpServer::HttpServer(HttpLimits limits, Handler handler, ErrorBody error_body, Admit admit)
+    : lim_(limits),
+      handler_(std::move(handler)),
+      error_body_(std::move(error_body)),
+      admit_(std::move(admit)),
+      budget_(limits.max_inflight_bytes) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -351,6 +355,47 @@ void HttpServer::reap(bool all) {
     if (c->thread.joinable()) c->thread.join();
 }
 
+void HttpServer::evict(Conn& c) {
+  int expected = kReading;
+  if (!c.state.compare_exchange_strong(expected, kEvicted)) return;
+  // The connection's thread wakes from its read, sees kEvicted and closes; the slot is
+  // free from now on.
+  ::shutdown(c.fd, SHUT_RDWR);
+  n_open_--;
+  if (--per_peer_[c.peer] <= 0) per_peer_.erase(c.peer);
+}
+
+bool HttpServer::make_room(const std::string& peer) {
+  // The oldest connection of `who` that is not inside a handler (idle keep-alive, or a
+  // request that is still arriving: a stalled client's).
+  auto oldest_idle = [&](const std::string& who) -> Conn* {
+    for (auto& [id, c] : conns_)
+      if (c->peer == who && !c->done.load() && c->state.load() == kReading) return c.get();
+    return nullptr;
+  };
+  const int mine = per_peer_.count(peer) ? per_peer_[peer] : 0;
+  if (lim_.max_connections_per_client > 0 && mine >= lim_.max_connections_per_client) {
+    // A client at its cap makes room among its own connections only.
+    Conn* c = oldest_idle(peer);
+    if (!c) return false;
+    evict(*c);
+    return true;
+  }
+  if (n_open_.load() < lim_.max_connections) return true;
+  // The table is full: the client holding the most connections gives one up, so one client
+  // cannot keep every other out.
+  std::vector<std::pair<int, std::string>> holders;
+  for (const auto& [who, n] : per_peer_) holders.emplace_back(n, who);
+  std::sort(holders.rbegin(), holders.rend());
+  for (const auto& [n, who] : holders) {
+    if (Conn* c = oldest_idle(who)) {
+      evict(*c);
+      return true;
+    }
+  }
+  return false;
+}
+
 void HttpServer::accept_loop() {
   while (!stopping_.load()) {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
@@ -358,11 +403,24 @@ void HttpServer::accept_loop() {
     reap(false);
     if (stopping_.load()) break;
     if (rc <= 0 || !(p[0].revents & POLLIN)) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage ss{};
+    socklen_t ss_len = sizeof(ss);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &ss_len, SOCK_CLOEXEC);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (n_open_.load() >= lim_.max_connections) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+    else if (ss.ss_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
+    const std::string peer = host;
+    bool room;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      room = make_room(peer);
+    }
+    if (!room) {
       const std::string body = error_body_(503, "too many open connections; retry later");
       const std::string resp = fmt::format(
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: "
@@ -374,9 +432,11 @@ void HttpServer::accept_loop() {
     }
     n_open_++;
     std::lock_guard<std::mutex> lock(mu_);
+    per_peer_[peer]++;
     const uint64_t id = next_conn_++;
     auto c = std::make_unique<Conn>();
     c->fd = fd;
+    c->peer = peer;
     Conn* raw = c.get();
     conns_[id] = std::move(c);
     raw->thread = std::thread([this, fd, id] { serve_connection(fd, id); });
@@ -395,7 +455,7 @@ void HttpServer::stop() {
     // so they wake up and close. Busy ones close after their response.
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, c] : conns_)
-      if (!c->busy.load() && !c->done.load()) ::shutdown(c->fd, SHUT_RD);
+      if (c->state.load() == kReading && !c->done.load()) ::shutdown(c->fd, SHUT_RD);
   }
   reap(true);
 }
@@ -510,6 +570,20 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
       break;
     }
     buf.erase(0, head_end + 4);
+    // ---- admission (the API key) before a byte of the body is read or buffered
+    if (admit_) {
+      if (std::optional<Refusal> no = admit_(req)) {
+        linger = true;
+        HttpExchange ex(fd, req, lim_);
+        ex.close_after();
+        ex.respond(no->status, "application/json", no->body, no->headers);
+        break;
+      }
+    }
+    BudgetLease lease(&budget_);
+    auto over_budget = [&] {
+      fail(503, "the server is holding too many request bytes in flight; retry shortly");
+    };
     // ---- body framing
     bool keep_alive = req.minor_version >= 1;
     const std::string conn_hdr = to_lower(req.header("connection"));
@@ -592,6 +666,12 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
           cl = "413";
           break;
         }
+        if (!lease.grow(size)) {
+          over_budget();
+          body_ok = false;
+          cl = "413";
+          break;
+        }
         while (static_cast<int64_t>(buf.size()) < size + 2) {
           if (read_more(fd, buf, deadline) <= 0) {
             body_ok = false;
@@ -622,6 +702,10 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
                               len, lim_.max_body_bytes));
         break;
       }
+      if (!lease.grow(len)) {
+        over_budget();
+        break;
+      }
       send_continue();
       const auto deadline = Clock::now() + std::chrono::milliseconds(lim_.body_timeout_ms);
       while (static_cast<int64_t>(buf.size()) < len) {
@@ -638,9 +722,10 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
       buf.erase(0, static_cast<size_t>(len));
     }
     // ---- handle
-    HttpExchange ex(fd, req, lim_);
+    HttpExchange ex(fd, req, lim_, &lease);
     if (!keep_alive || stopping_.load()) ex.close_after();
-    self->busy = true;
+    int reading = kReading;
+    if (!self->state.compare_exchange_strong(reading, kBusy)) break;  // closed to make room
     try {
       handler_(ex);
     } catch (const std::exception& e) {
@@ -650,9 +735,9 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
         ex.respond(500, "application/json", error_body_(500, "internal error"));
       }
     }
-    self->busy = false;
     if (!ex.responded()) ex.respond(500, "application/json", error_body_(500, "no response"));
     ex.end();
+    self->state = kReading;  // answered: idle again, so it may be closed to make room
     if (!ex.keep_alive()) break;
   }
   if (linger) {
@@ -670,8 +755,16 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
     }
   }
   ::shutdown(fd, SHUT_RDWR);
+  {
+    // An evicted connection's slot was given back when it was evicted.
+    std::lock_guard<std::mutex> lock(mu_);
+    int st = self->state.load();
+    if (st != kEvicted && self->state.compare_exchange_strong(st, kEvicted)) {
+      n_open_--;
+      if (--per_peer_[self->peer] <= 0) per_peer_.erase(self->peer);
+    }
+  }
   ::close(fd);
-  n_open_--;
   self->done = true;
 }
 

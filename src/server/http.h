@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -23,14 +24,61 @@
 namespace sieve::server {
 
 struct HttpLimits {
-  size_t max_head_bytes = 16 * 1024;    // request line + headers (-> 431)
-  size_t max_headers = 100;             // (-> 431)
-  int64_t max_body_bytes = 32ll << 20;  // (-> 413)
-  int head_timeout_ms = 10000;          // the whole head must arrive within this
-  int body_timeout_ms = 30000;          // longest wait for more body bytes
-  int keep_alive_ms = 5000;             // idle time before a kept-alive connection closes
-  int write_timeout_ms = 30000;         // longest wait for the client to accept more bytes
-  int max_connections = 256;            // beyond: 503 and close
+  size_t max_head_bytes = 16 * 1024;       // request line + headers (-> 431)
+  size_t max_headers = 100;                // (-> 431)
+  int64_t max_body_bytes = 32ll << 20;     // (-> 413)
+  int head_timeout_ms = 10000;             // the whole head must arrive within this
+  int body_timeout_ms = 30000;             // longest wait for more body bytes
+  int keep_alive_ms = 5000;                // idle time before a kept-alive connection closes
+  int write_timeout_ms = 30000;            // longest wait for the client to accept more bytes
+  int max_connections = 256;               // beyond: the biggest holder's oldest idle one closes
+  int max_connections_per_client = 64;     // per peer address (0: no cap); beyond: its oldest idle
+  int64_t max_inflight_bytes = 1ll << 30;  // request bodies + what handlers charge (-> 503)
+};
+
+// A budget of bytes shared by every request in flight: bodies are charged before they are
+// read, handlers charge what they build from them (parsed JSON, token arrays). A request
+// that would overdraw it is refused with 503 instead of taking the memory.
+class ByteBudget {
+ public:
+  explicit ByteBudget(int64_t cap) : cap_(cap) {}
+  bool try_take(int64_t n) {
+    int64_t cur = used_.load();
+    do {
+      if (n > cap_ - cur) return false;
+    } while (!used_.compare_exchange_weak(cur, cur + n));
+    return true;
+  }
+  void give(int64_t n) { used_ -= n; }
+  int64_t used() const { return used_.load(); }
+  int64_t cap() const { return cap_; }
+
+ private:
+  const int64_t cap_;
+  std::atomic<int64_t> used_{0};
+};
+
+// One request's share of the budget, given back when the request ends.
+class BudgetLease {
+ public:
+  explicit BudgetLease(ByteBudget* b) : b_(b) {}
+  ~BudgetLease() {
+    if (b_) b_->give(held_);
+  }
+  BudgetLease(const BudgetLease&) = delete;
+  BudgetLease& operator=(const BudgetLease&) = delete;
+  // false: the budget cannot give n more bytes now (nothing is taken).
+  bool grow(int64_t n) {
+    if (!b_ || n <= 0) return true;
+    if (!b_->try_take(n)) return false;
+    held_ += n;
+    return true;
+  }
+  int64_t held() const { return held_; }
+
+ private:
+  ByteBudget* b_;
+  int64_t held_ = 0;
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
@@ -54,9 +102,11 @@ Result<std::string> normalise_path(std::string_view target_path);
 // One request on one connection, as a handler sees it.
 class HttpExchange {
  public:
-  HttpExchange(int fd, const HttpRequest& req, const HttpLimits& lim)
-      : fd_(fd), req_(req), lim_(lim) {}
+  HttpExchange(int fd, const HttpRequest& req, const HttpLimits& lim, BudgetLease* lease = nullptr)
+      : fd_(fd), req_(req), lim_(lim), lease_(lease) {}
   const HttpRequest& request() const { return req_; }
+  // Charges n more bytes of this request to the server's budget; false: over it.
+  bool charge(int64_t n) { return !lease_ || lease_->grow(n); }
 
   // A complete response (Content-Length).
   void respond(int status, std::string_view content_type, std::string_view body,
@@ -83,6 +133,7 @@ class HttpExchange {
   int fd_;
   const HttpRequest& req_;
   const HttpLimits& lim_;
+  BudgetLease* lease_;
   bool responded_ = false;
   bool streaming_ = false;
   bool chunked_ = false;
@@ -98,8 +149,16 @@ class HttpServer {
   using Handler = std::function<void(HttpExchange&)>;
   // Errors the HTTP layer answers itself (malformed request, 413, 431, ...): status, message.
   using ErrorBody = std::function<std::string(int status, std::string_view message)>;
+  // Looks at a request's head before its body is read (authentication): a response refuses
+  // it, and the body is never read.
+  struct Refusal {
+    int status = 401;
+    std::string body;
+    HttpHeaders headers;
+  };
+  using Admit = std::function<std::optional<Refusal>(const HttpRequest& head)>;
 
-  HttpServer(HttpLimits limits, Handler handler, ErrorBody error_body);
+  HttpServer(HttpLimits limits, Handler handler, ErrorBody error_body, Admit admit = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -113,15 +172,25 @@ class HttpServer {
   // connection thread (handlers must be finishing on their own: the caller cancels them).
   void stop();
   int open_connections() const { return n_open_.load(); }
+  int64_t inflight_bytes() const { return budget_.used(); }
 
  private:
+  // A connection's phase: waiting for or reading a request (it may be closed to make room),
+  // inside a handler (never closed from outside), or closed to make room.
+  enum ConnState : int { kReading = 0, kBusy = 1, kEvicted = 2 };
+  struct Conn;
   void accept_loop();
   void serve_connection(int fd, uint64_t id);
   void reap(bool all);
+  // With mu_ held: makes room for a connection from `peer`; false when none can be closed.
+  bool make_room(const std::string& peer);
+  void evict(Conn& c);
 
   HttpLimits lim_;
   Handler handler_;
   ErrorBody error_body_;
+  Admit admit_;
+  ByteBudget budget_;
   int listen_fd_ = -1;
   int wake_fd_[2] = {-1, -1};  // self-pipe that interrupts accept()
   int port_ = 0;
@@ -131,11 +200,13 @@ class HttpServer {
   struct Conn {
     std::thread thread;
     int fd = -1;
+    std::string peer;  // the client's address
     std::atomic<bool> done{false};
-    std::atomic<bool> busy{false};  // inside a handler
+    std::atomic<int> state{kReading};
   };
   std::mutex mu_;
-  std::map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::map<uint64_t, std::unique_ptr<Conn>> conns_;  // by id: oldest first
+  std::map<std::string, int> per_peer_;              // open (not evicted) connections
   uint64_t next_conn_ = 1;
 };
 

@@ -79,14 +79,18 @@ std::string content_text(const json& content, size_t index) {
 
 }  // namespace
 
-json parse_body(std::string_view body, const RequestLimits& lim) {
+json parse_body(std::string_view body, const RequestLimits& lim,
+                const std::function<void(int64_t)>& charge) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     throw ApiError{400, "the request body is empty; expected a JSON object",
                    "",  "invalid_json",
                    "",  json::object()};
   }
   // Nesting depth first: the parser and the value's destructor must never see 10^5 levels.
+  // Values too: a parsed value costs ~50 bytes however short its text ("1," is two), so a
+  // body's count bounds the memory the parser would take.
   int depth = 0;
+  int64_t n_values = 1;
   bool in_str = false, esc = false;
   for (char c : body) {
     if (in_str) {
@@ -98,6 +102,7 @@ json parse_body(std::string_view body, const RequestLimits& lim) {
         in_str = false;
       continue;
     }
+    if (c == ',' || c == '{' || c == '[') n_values++;
     if (c == '"')
       in_str = true;
     else if (c == '{' || c == '[') {
@@ -111,6 +116,17 @@ json parse_body(std::string_view body, const RequestLimits& lim) {
       --depth;
     }
   }
+  if (n_values > lim.max_json_values) {
+    throw ApiError{413,
+                   fmt::format("the JSON body has more than {} values (arrays of token ids "
+                               "included); send fewer or shorter prompts",
+                               lim.max_json_values),
+                   "",
+                   "request_too_large",
+                   "",
+                   json::object()};
+  }
+  if (charge) charge(static_cast<int64_t>(body.size()) + n_values * 56);
   json j;
   try {
     j = json::parse(body);
@@ -278,37 +294,49 @@ GenRequest parse_gen_request(const json& j, bool chat, const RequestLimits& lim,
     const json* p = field(j, "prompt");
     if (!p) throw ApiError::bad("prompt", "prompt is required");
     const size_t max_ids = static_cast<size_t>(lim.n_ctx) * 2 + 16;
+    auto one = [&](const json& v) {
+      GenRequest::Prompt pr;
+      if (v.is_string()) {
+        pr.text = v.get<std::string>();
+        if (pr.text.empty()) throw ApiError::bad("prompt", "prompt is empty");
+      } else {
+        pr.tokens = token_array(v, "prompt", lim.n_vocab, max_ids);
+        pr.is_tokens = true;
+        if (pr.tokens.empty()) throw ApiError::bad("prompt", "prompt is an empty array");
+      }
+      g.prompts.push_back(std::move(pr));
+    };
     if (p->is_string()) {
-      g.prompt_text = p->get<std::string>();
+      one(*p);
     } else if (p->is_array()) {
       if (p->empty()) throw ApiError::bad("prompt", "prompt is an empty array");
       const json& first = (*p)[0];
       if (first.is_string() || first.is_array()) {
-        // a batch of prompts: one is accepted (n = 1 per request)
-        if (p->size() != 1)
-          throw ApiError{
-              400,      "a batch of several prompts is not supported; send one request per prompt",
-              "prompt", "unsupported_parameter",
-              "",       json::object()};
-        if (first.is_string())
-          g.prompt_text = first.get<std::string>();
-        else {
-          g.prompt_tokens = token_array(first, "prompt", lim.n_vocab, max_ids);
-          g.prompt_is_tokens = true;
+        // a batch of prompts: one choice each, in order (index)
+        if (p->size() > static_cast<size_t>(lim.max_prompts)) {
+          throw ApiError::bad("prompt", fmt::format("prompt is a batch of {} prompts; at most {}",
+                                                    p->size(), lim.max_prompts));
+        }
+        for (size_t i = 0; i < p->size(); ++i) {
+          const json& e = (*p)[i];
+          if (!e.is_string() && !e.is_array()) {
+            throw ApiError::bad("prompt",
+                                fmt::format("prompt[{}] must be a string or an array of token "
+                                            "ids, not {}",
+                                            i, type_name(e)));
+          }
+          one(e);
         }
       } else {
-        g.prompt_tokens = token_array(*p, "prompt", lim.n_vocab, max_ids);
-        g.prompt_is_tokens = true;
+        one(*p);
       }
     } else {
       throw ApiError::bad(
           "prompt",
           fmt::format("prompt must be a string or an array of token ids, not {}", type_name(*p)));
     }
-    if (g.prompt_is_tokens ? g.prompt_tokens.empty() : g.prompt_text.empty())
-      throw ApiError::bad("prompt", "prompt is empty");
     reject_unless(j, "suffix", false, "this server does not fill in the middle");
-    reject_unless(j, "echo", !opt_bool(j, "echo").value_or(false), "the prompt is not echoed back");
+    g.echo = opt_bool(j, "echo").value_or(false);
     if (auto lp = opt_int(j, "logprobs", 0, lim.max_logprobs)) {
       g.logprobs = true;
       g.top_logprobs = static_cast<int32_t>(*lp);
@@ -395,6 +423,9 @@ GenRequest parse_gen_request(const json& j, bool chat, const RequestLimits& lim,
     }
   }
   g.ignore_eos = opt_bool(j, "ignore_eos").value_or(false);
+  // llama.cpp's parse_special: control-token texts in the prompt (completions) or in message
+  // content (chat) become special tokens. Off: they are text, and a user cannot forge turns.
+  g.parse_special = opt_bool(j, "parse_special").value_or(false);
 
   // streaming
   g.stream = opt_bool(j, "stream").value_or(false);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -25,17 +26,24 @@ struct RequestLimits {
   int32_t max_stop = 16;          // stop strings
   int32_t max_stop_bytes = 1024;  // bytes of one stop string
   int32_t max_messages = 4096;
-  int32_t json_max_depth = 64;  // nesting of the whole body
+  int32_t json_max_depth = 64;        // nesting of the whole body
+  int32_t max_prompts = 64;           // prompts of one /v1/completions request (choices)
+  int64_t max_json_values = 1 << 22;  // values in a body (each costs ~50 bytes parsed)
 };
 
 struct GenRequest {
   bool chat = false;
   std::string model;
-  // completions: text or token ids; chat: messages
-  bool prompt_is_tokens = false;
-  std::string prompt_text;
-  std::vector<int32_t> prompt_tokens;
+  // completions: one or more prompts (text or token ids; each one choice); chat: messages
+  struct Prompt {
+    bool is_tokens = false;
+    std::string text;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Prompt> prompts;
   std::vector<ChatMessage> messages;
+  bool echo = false;           // completions: the prompt comes back before the completion
+  bool parse_special = false;  // control-token texts in prompts / message content are tokens
   bool add_generation_prompt = true;
 
   std::optional<int32_t> max_tokens;  // nullopt: the endpoint's default
@@ -53,8 +61,11 @@ struct GenRequest {
   std::optional<std::string> policy_json;
 };
 
-// Throws ApiError when the body is not JSON, too deeply nested, or not an object.
-nlohmann::json parse_body(std::string_view body, const RequestLimits& lim);
+// Throws ApiError when the body is not JSON, too deeply nested, has more values than
+// lim.max_json_values (413), or is not an object. `charge`, when given, is called with the
+// estimated bytes the parsed value takes before it is built (it throws to refuse).
+nlohmann::json parse_body(std::string_view body, const RequestLimits& lim,
+                          const std::function<void(int64_t bytes)>& charge = {});
 
 // `defaults`: the server's sampling defaults (fields the request leaves out).
 GenRequest parse_gen_request(const nlohmann::json& body, bool chat, const RequestLimits& lim,

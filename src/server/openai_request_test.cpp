@@ -53,13 +53,38 @@ TEST(ParseBody, RejectsWhatIsNotAJsonObject) {
   EXPECT_NO_THROW((void)parse_body("{\"prompt\":\"" + std::string(200, '[') + "\"}", lim()));
 }
 
+// issue 44: a 32 MB array of token ids cost +600 MB parsed before its 400. The values are
+// counted first: over the limit is 413 before parsing; under it the caller is charged.
+TEST(ParseBody, ValuesAreCountedAndChargedBeforeParsing) {
+  RequestLimits l = lim();
+  l.max_json_values = 1000;
+  std::string big = R"({"prompt":[)";
+  for (int i = 0; i < 2000; ++i) big += std::string(i ? "," : "") + "1";
+  big += "]}";
+  int64_t charged = 0;
+  try {
+    (void)parse_body(big, l, [&](int64_t n) { charged += n; });
+    ADD_FAILURE() << "accepted 2000 values";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 413);
+    EXPECT_EQ(e.code, "request_too_large");
+  }
+  EXPECT_EQ(charged, 0);
+  const std::string ok = R"({"prompt":[1,2,3],"s":"a,b,c,[,{"})";
+  (void)parse_body(ok, l, [&](int64_t n) { charged += n; });
+  EXPECT_GE(charged, static_cast<int64_t>(ok.size()) + 5 * 50);
+  EXPECT_THROW((void)parse_body(ok, l, [](int64_t) { throw ApiError::bad("", "over budget"); }),
+               ApiError);
+}
+
 TEST(ParseGenRequest, CompletionsFields) {
   const GenRequest g =
       parse(R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0.5,"top_p":0.9,
     "top_k":7,"min_p":0.1,"presence_penalty":1,"frequency_penalty":-1,"repetition_penalty":1.1,"seed":42,
     "stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,
     "sieve":{"policy":"dense"}})");
-  EXPECT_EQ(g.prompt_text, "hi");
+  ASSERT_EQ(g.prompts.size(), 1u);
+  EXPECT_EQ(g.prompts[0].text, "hi");
   EXPECT_EQ(*g.max_tokens, 5);
   EXPECT_FLOAT_EQ(g.sampling.temperature, 0.5f);
   EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
@@ -76,17 +101,30 @@ TEST(ParseGenRequest, CompletionsFields) {
 }
 
 TEST(ParseGenRequest, PromptForms) {
-  EXPECT_EQ(parse(R"({"prompt":[1,2,3]})").prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(parse(R"({"prompt":[[4,5]]})").prompt_tokens, (std::vector<int32_t>{4, 5}));
-  EXPECT_EQ(parse(R"({"prompt":["text"]})").prompt_text, "text");
+  EXPECT_EQ(parse(R"({"prompt":[1,2,3]})").prompts.at(0).tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse(R"({"prompt":[[4,5]]})").prompts.at(0).tokens, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(parse(R"({"prompt":["text"]})").prompts.at(0).text, "text");
+  // a batch: one choice per prompt, texts and token arrays mixed (lm-eval sends either)
+  const GenRequest b = parse(R"({"prompt":["a",[1,2],"c"],"echo":true,"logprobs":1})");
+  ASSERT_EQ(b.prompts.size(), 3u);
+  EXPECT_EQ(b.prompts[1].tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(b.prompts[1].is_tokens && !b.prompts[2].is_tokens);
+  EXPECT_TRUE(b.echo && b.logprobs);
+  EXPECT_EQ(error_of(R"({"prompt":["a",5]})").param, "prompt");
+  EXPECT_EQ(error_of(R"({"prompt":["a",""]})").param, "prompt");
+  std::string many = R"({"prompt":[)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"x\"";
+  EXPECT_EQ(error_of(many + "]}").param, "prompt");
+  EXPECT_FALSE(parse(R"({"prompt":"x"})").parse_special);
+  EXPECT_TRUE(parse(R"({"prompt":"x","parse_special":true})").parse_special);
   EXPECT_EQ(error_of(R"({"prompt":[-1]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[1000]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[2147483647]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[1.5]})").code, "invalid_token_id");
   EXPECT_EQ(error_of(R"({"prompt":[1,"a"]})").code, "invalid_token_id");
-  for (const char* b : {R"({})", R"({"prompt":""})", R"({"prompt":[]})", R"({"prompt":5})",
-                        R"({"prompt":{}})", R"({"prompt":null})", R"({"prompt":["a","b"]})",
-                        R"({"prompt":"x","echo":true})", R"({"prompt":"x","suffix":"y"})"}) {
+  for (const char* b :
+       {R"({})", R"({"prompt":""})", R"({"prompt":[]})", R"({"prompt":5})", R"({"prompt":{}})",
+        R"({"prompt":null})", R"({"prompt":"x","echo":1})", R"({"prompt":"x","suffix":"y"})"}) {
     EXPECT_EQ(error_of(b).status, 400) << b;
   }
 }

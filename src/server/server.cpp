@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -60,7 +61,38 @@ RequestLimits Server::limits() const {
     l.n_vocab = engine_->model().hp.n_vocab;
   }
   l.max_tokens = cfg_.max_tokens > 0 ? cfg_.max_tokens : l.n_ctx;
+  l.max_prompts = std::clamp(cfg_.max_concurrent, 1, 64);
+  // a full batch of token-id prompts, plus room for the rest of a request
+  l.max_json_values = static_cast<int64_t>(l.max_prompts) * (l.n_ctx + 16) + (1 << 16);
   return l;
+}
+
+void Server::charge(HttpExchange& ex, int64_t bytes) const {
+  if (ex.charge(bytes)) return;
+  if (bytes > cfg_.http.max_inflight_bytes) {
+    throw ApiError{413,
+                   fmt::format("the request needs about {} MiB, more than the server's in-flight "
+                               "budget of {} MiB (--max-inflight-mib)",
+                               bytes >> 20, cfg_.http.max_inflight_bytes >> 20),
+                   "",
+                   "request_too_large",
+                   "",
+                   json::object()};
+  }
+  throw ApiError{503, "the server is holding too many request bytes in flight; retry shortly",
+                 "",  "server_busy",
+                 "",  json::object()};
+}
+
+json Server::parse_request(HttpExchange& ex, const RequestLimits& lim) {
+  return parse_body(ex.request().body, lim, [&](int64_t bytes) { charge(ex, bytes); });
+}
+
+bool Server::model_matches(const std::string& name) const {
+  if (name.empty() || name == model_id_) return true;
+  const std::filesystem::path p(cfg_.engine.model_path);
+  return name == cfg_.engine.model_path || name == p.filename().string() ||
+         name == p.stem().string();
 }
 
 Status Server::start() {
@@ -74,8 +106,18 @@ Status Server::start() {
   http_ = std::make_unique<HttpServer>(
       cfg_.http, [this](HttpExchange& ex) { handle(ex); },
       [](int status, std::string_view msg) {
-        return error_body(ApiError{status, std::string(msg), "",
-                                   status == 413 ? "request_too_large" : "", "", json::object()});
+        // 503 from the HTTP layer: no connection slot or no room in the in-flight budget
+        const char* code = status == 413 ? "request_too_large" : status == 503 ? "server_busy" : "";
+        return error_body(ApiError{status, std::string(msg), "", code, "", json::object()});
+      },
+      // The key is checked on the head, before the body is read: an unauthenticated client
+      // gets no buffer of up to --max-body-bytes.
+      [this](const HttpRequest& head) -> std::optional<HttpServer::Refusal> {
+        if (head.path == "/health" || authorised(head)) return std::nullopt;
+        const ApiError e = unauthorised(head);
+        metrics_.count_error(error_type_for(e.status));
+        metrics_.count_http("other", e.status);
+        return HttpServer::Refusal{e.status, error_body(e), {{"WWW-Authenticate", "Bearer"}}};
       });
   SIEVE_TRY(http_->listen(cfg_.host, cfg_.port));
   http_->start();
@@ -94,6 +136,12 @@ Status Server::load() {
   engine_ = std::move(e.value());
   model_id_ = cfg_.model_id;
   if (model_id_.empty()) model_id_ = std::filesystem::path(cfg_.engine.model_path).stem().string();
+  {
+    const Tokenizer& tok = *engine_->model().tokenizer;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      max_token_bytes_ =
+          std::max<int64_t>(max_token_bytes_, static_cast<int64_t>(tok.token_text(id).size()));
+  }
   engine_ready_ = true;
   const KvStats kv = engine_->kv_stats();
   // pages are per (layer) stream: the pool holds n_pages_total / n_streams pages of tokens
@@ -138,6 +186,17 @@ void Server::stop() {
   if (http_) http_->stop();
   engine_ready_ = false;
   engine_.reset();
+}
+
+ApiError Server::unauthorised(const HttpRequest& req) const {
+  const bool sent = !req.header("authorization").empty() || !req.header("x-api-key").empty();
+  return ApiError{
+      401,
+      sent ? "invalid API key" : "missing API key: send the header Authorization: Bearer <key>",
+      "",
+      "invalid_api_key",
+      "",
+      json::object()};
 }
 
 bool Server::authorised(const HttpRequest& req) const {
@@ -213,16 +272,7 @@ void Server::route(HttpExchange& ex, std::string& endpoint) {
     method("GET");
     return handle_health(ex);
   }
-  if (!authorised(req)) {
-    const bool sent = !req.header("authorization").empty() || !req.header("x-api-key").empty();
-    throw ApiError{
-        401,
-        sent ? "invalid API key" : "missing API key: send the header Authorization: Bearer <key>",
-        "",
-        "invalid_api_key",
-        "",
-        json::object()};
-  }
+  if (!authorised(req)) throw unauthorised(req);  // the HTTP layer checked already
   if (p == "/v1/models" || p == "/models") {
     endpoint = "models";
     method("GET");
@@ -349,7 +399,7 @@ void Server::handle_metrics(HttpExchange& ex) {
 void Server::handle_tokenize(HttpExchange& ex) {
   require_ready();
   const RequestLimits lim = limits();
-  const json body = parse_body(ex.request().body, lim);
+  const json body = parse_request(ex, lim);
   const Tokenizer& tok = *engine_->model().tokenizer;
   const bool add_special =
       opt_bool(body, "add_special").value_or(opt_bool(body, "add_special_tokens").value_or(true));
@@ -358,10 +408,10 @@ void Server::handle_tokenize(HttpExchange& ex) {
   std::vector<int32_t> ids;
   if (body.contains("messages") && !body["messages"].is_null()) {
     const auto msgs = chat_messages(body["messages"], lim);
-    auto text =
-        apply_chat_template(tok, msgs, opt_bool(body, "add_generation_prompt").value_or(true));
-    if (!text) throw ApiError::bad("messages", text.message(), "invalid_messages");
-    ids = tok.encode(*text, true, true);
+    auto chat = encode_chat(tok, msgs, opt_bool(body, "add_generation_prompt").value_or(true),
+                            parse_special);
+    if (!chat) throw ApiError::bad("messages", chat.message(), "invalid_messages");
+    ids = std::move(*chat);
   } else {
     std::optional<std::string> text = opt_string(body, "content");
     if (!text) text = opt_string(body, "prompt");
@@ -381,7 +431,7 @@ void Server::handle_tokenize(HttpExchange& ex) {
 void Server::handle_detokenize(HttpExchange& ex) {
   require_ready();
   const RequestLimits lim = limits();
-  const json body = parse_body(ex.request().body, lim);
+  const json body = parse_request(ex, lim);
   if (!body.contains("tokens") || body["tokens"].is_null())
     throw ApiError::bad("tokens", "tokens is required");
   const std::vector<int32_t> ids =
@@ -394,26 +444,66 @@ void Server::handle_generate(HttpExchange& ex, bool chat) {
   const auto t0 = Clock::now();
   require_ready();
   const RequestLimits lim = limits();
-  const json body = parse_body(ex.request().body, lim);
+  const json body = parse_request(ex, lim);
   GenRequest g = parse_gen_request(body, chat, lim, cfg_.sampling);
-  if (!g.seed_given && !cfg_.fixed_seed) g.sampling.seed = random_seed();
-  std::vector<int32_t> prompt = prompt_tokens(g);
-  const int32_t n_prompt = static_cast<int32_t>(prompt.size());
-  if (n_prompt >= lim.n_ctx) {
-    json extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", lim.n_ctx}};
+  if (!model_matches(g.model)) {
+    const std::string shown = g.model.size() > 64 ? g.model.substr(0, 64) + "..." : g.model;
     throw ApiError{
-        400,
-        fmt::format(
-            "the request ({} prompt tokens) exceeds the available context size ({} tokens); at "
-            "least one token must be left for the completion",
-            n_prompt, lim.n_ctx),
-        chat ? "messages" : "prompt",
-        "context_length_exceeded",
+        404,
+        fmt::format("the model '{}' does not exist; this server serves '{}'", shown, model_id_),
+        "model",
+        "model_not_found",
         "",
-        extra};
+        json::object()};
   }
-  if (admitted_.fetch_add(1) >= cfg_.max_concurrent) {
-    admitted_--;
+  if (!g.seed_given && !cfg_.fixed_seed) g.sampling.seed = random_seed();
+  // A text that cannot fit even at the longest token per position is refused before it is
+  // tokenized (a 10 MB prompt on a small context costs nothing).
+  const int64_t max_text = static_cast<int64_t>(lim.n_ctx) * max_token_bytes_;
+  auto too_long_text = [&](int64_t bytes) {
+    throw ApiError{400,
+                   fmt::format("the request ({} bytes of prompt text) exceeds the available "
+                               "context size ({} tokens)",
+                               bytes, lim.n_ctx),
+                   chat ? "messages" : "prompt",
+                   "context_length_exceeded",
+                   "",
+                   {{"n_prompt_bytes", bytes}, {"n_ctx", lim.n_ctx}}};
+  };
+  int64_t chat_bytes = 0;
+  for (const ChatMessage& m : g.messages) chat_bytes += static_cast<int64_t>(m.content.size());
+  if (chat_bytes > max_text) too_long_text(chat_bytes);
+  for (const GenRequest::Prompt& p : g.prompts)
+    if (!p.is_tokens && static_cast<int64_t>(p.text.size()) > max_text)
+      too_long_text(static_cast<int64_t>(p.text.size()));
+  std::vector<std::vector<int32_t>> prompts = prompt_tokens(g);
+  int64_t n_tokens_total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int32_t n_prompt = static_cast<int32_t>(prompts[i].size());
+    n_tokens_total += n_prompt;
+    if (n_prompt >= lim.n_ctx) {
+      json extra = {{"n_prompt_tokens", n_prompt}, {"n_ctx", lim.n_ctx}};
+      if (prompts.size() > 1) extra["prompt_index"] = i;
+      throw ApiError{
+          400,
+          fmt::format(
+              "the request ({} prompt tokens) exceeds the available context size ({} tokens); at "
+              "least one token must be left for the completion",
+              n_prompt, lim.n_ctx),
+          chat ? "messages" : "prompt",
+          "context_length_exceeded",
+          "",
+          extra};
+    }
+  }
+  // The token arrays in flight (ours, the engine's copy, its KV-side copy) and, for echo with
+  // logprobs, the per-token entries of the answer.
+  const int64_t per_token =
+      12 + (g.echo && g.logprobs ? 160 + 64 * static_cast<int64_t>(g.top_logprobs) : 0);
+  charge(ex, n_tokens_total * per_token);
+  const int32_t n_choices = static_cast<int32_t>(prompts.size());
+  if (admitted_.fetch_add(n_choices) + n_choices > cfg_.max_concurrent) {
+    admitted_ -= n_choices;
     throw ApiError{429,
                    fmt::format("{} requests are already in flight (the limit); retry shortly",
                                cfg_.max_concurrent),
@@ -424,9 +514,10 @@ void Server::handle_generate(HttpExchange& ex, bool chat) {
   }
   struct Slot {
     std::atomic<int32_t>& n;
-    ~Slot() { n--; }
-  } slot{admitted_};
-  run_generation(ex, g, std::move(prompt), t0);
+    int32_t k;
+    ~Slot() { n -= k; }
+  } slot{admitted_, n_choices};
+  run_generation(ex, g, std::move(prompts), t0);
 }
 
 }  // namespace sieve::server

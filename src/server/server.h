@@ -21,6 +21,7 @@
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "sparse/policy_builder.h"
 
 namespace sieve::server {
 
@@ -36,6 +37,7 @@ struct ServerConfig {
   SamplerParams sampling;          // defaults for fields a request leaves out
   bool fixed_seed = false;         // sampling.seed is the default seed (else random per request)
   PolicyPtr default_policy;        // --policy/--policy-file/--set (nullptr: the preset "auto")
+  PolicyFiles policy_files;        // head plans and sketch bases a request may name
   double ping_interval_s = 15;     // SSE comment while a stream is otherwise silent (0: off)
   double progress_interval_s = 1;  // prompt_progress events when a request asks (return_progress)
   double shutdown_timeout_s = 30;  // SIGTERM: how long in-flight requests may finish
@@ -66,6 +68,11 @@ class Server {
   void handle(HttpExchange& ex);
   void route(HttpExchange& ex, std::string& endpoint);
   bool authorised(const HttpRequest& req) const;
+  ApiError unauthorised(const HttpRequest& req) const;
+  // The body as JSON, its parsed size charged to the in-flight budget first.
+  nlohmann::json parse_request(HttpExchange& ex, const RequestLimits& lim);
+  void charge(HttpExchange& ex, int64_t bytes) const;
+  bool model_matches(const std::string& name) const;
   void require_ready() const;
   void reply_json(HttpExchange& ex, int status, const nlohmann::json& body);
   void reply_error(HttpExchange& ex, const ApiError& e);
@@ -79,9 +86,10 @@ class Server {
   void handle_generate(HttpExchange& ex, bool chat);
 
   // server_generate.cpp
-  std::vector<int32_t> prompt_tokens(const GenRequest& g) const;
+  std::vector<std::vector<int32_t>> prompt_tokens(const GenRequest& g) const;
   PolicyPtr request_policy(const GenRequest& g) const;
-  void run_generation(HttpExchange& ex, const GenRequest& g, std::vector<int32_t> prompt,
+  void run_generation(HttpExchange& ex, const GenRequest& g,
+                      std::vector<std::vector<int32_t>> prompts,
                       std::chrono::steady_clock::time_point t0);
 
   RequestLimits limits() const;
@@ -93,6 +101,7 @@ class Server {
   std::atomic<bool> engine_ready_{false};
   PolicyPtr default_policy_;
   std::string model_id_;
+  int64_t max_token_bytes_ = 1;  // the longest token's text: prompts over n_ctx x this cannot fit
   std::unique_ptr<HttpServer> http_;
   Metrics metrics_;
   std::atomic<bool> shutting_down_{

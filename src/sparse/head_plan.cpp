@@ -290,7 +290,8 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   try {
     j = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    return make_error("head plan is not valid JSON: {}", e.what());
+    // the position only: the parser's message quotes the text it read
+    return make_error("head plan is not valid JSON (parse error at byte {})", e.byte);
   }
   if (!j.is_object()) return make_error("head plan: expected a JSON object");
   if (!j.contains("format") || j["format"] != kFormat) {

@@ -1,5 +1,7 @@
 #include "sparse/policy.h"
 
+#include "core/text_file.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -615,11 +617,9 @@ Result<PolicyConfig> policy_from_json_text(std::string_view json, std::string_vi
 }
 
 Result<PolicyConfig> load_policy_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error("cannot open policy file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  auto read = read_text_file(path, "policy file", int64_t{1} << 20);
+  if (!read) return read.error();
+  const std::string& text = *read;
   const std::string t = trim(text);
   if (!t.empty() && t[0] == '{') {
     nlohmann::json j = nlohmann::json::parse(t, nullptr, false);
@@ -636,7 +636,7 @@ Result<PolicyConfig> load_policy_file(const std::string& path) {
     if (line.empty()) continue;
     const size_t eq = line.find('=');
     if (eq == std::string::npos) {
-      return make_error("policy file '{}' line {}: '{}' is not key = value", path, no, line);
+      return make_error("policy file '{}' line {}: not key = value", path, no);
     }
     if (trim(line.substr(0, eq)) == "policy") {
       if (!lines.empty()) {

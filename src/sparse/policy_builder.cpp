@@ -2,7 +2,95 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
+
 namespace sieve {
+namespace {
+
+// NAME=FILE or FILE -> (name, file). A name is what a request sends: letters, digits, '-',
+// '_' and '.'.
+Result<std::pair<std::string, std::string>> split_named_file(std::string_view spec,
+                                                             std::string_view flag) {
+  std::string name, file;
+  const size_t eq = spec.find('=');
+  if (eq != std::string_view::npos && spec.substr(0, eq).find('/') == std::string_view::npos) {
+    name = std::string(spec.substr(0, eq));
+    file = std::string(spec.substr(eq + 1));
+  } else {
+    file = std::string(spec);
+    const size_t slash = file.rfind('/');
+    name = file.substr(slash == std::string::npos ? 0 : slash + 1);
+    if (const size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0) name.resize(dot);
+  }
+  if (file.empty()) return make_error("{} {}: expected NAME=FILE or FILE", flag, spec);
+  if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+      })) {
+    return make_error("{} {}: the name must be 1-64 letters, digits, '-', '_' or '.'", flag, spec);
+  }
+  return std::make_pair(std::move(name), std::move(file));
+}
+
+template <class T>
+Status add_named(std::map<std::string, std::shared_ptr<const T>>& into, std::string_view spec,
+                 std::string_view flag, Result<T> (*load)(const std::string&)) {
+  auto nf = split_named_file(spec, flag);
+  if (!nf) return nf.error();
+  if (into.count(nf->first)) return make_error("{}: the name {} is given twice", flag, nf->first);
+  auto r = load(nf->second);
+  if (!r) return make_error("{} {}: {}", flag, spec, r.message());
+  into.emplace(nf->first, std::make_shared<const T>(std::move(r.value())));
+  return {};
+}
+
+Result<HeadPlan> load_plan(const std::string& f) {
+  return load_head_plan(f);
+}
+
+// A request's head_plan / sketch_basis: the name of a registered file ("" clears it).
+template <class T>
+Status set_registered(std::string_view knob, const nlohmann::json& v,
+                      const std::map<std::string, std::shared_ptr<const T>>* registered,
+                      std::string& name_out, std::shared_ptr<const T>& loaded) {
+  if (!v.is_string()) return make_error("knob {} must be the name of a registered file", knob);
+  const std::string name = v.get<std::string>();
+  if (name.empty()) {
+    name_out.clear();
+    loaded.reset();
+    return {};
+  }
+  if (registered) {
+    if (const auto it = registered->find(name); it != registered->end()) {
+      name_out = name;
+      loaded = it->second;
+      return {};
+    }
+  }
+  std::string names;
+  if (registered)
+    for (const auto& [n, _] : *registered) names += (names.empty() ? "" : ", ") + n;
+  if (names.empty()) {
+    return make_error(
+        "knob {}: this server has none registered (the operator registers them at start with "
+        "{} NAME=FILE; a request names one, never a path)",
+        knob, knob == "head_plan" ? "--head-plan" : "--sketch-basis");
+  }
+  return make_error(
+      "knob {}: no registered file of that name; this server has: {} (a request names one, "
+      "never a path)",
+      knob, names);
+}
+
+}  // namespace
+
+Status PolicyFiles::add_head_plan(std::string_view spec) {
+  return add_named(head_plans, spec, "--head-plan", &load_plan);
+}
+
+Status PolicyFiles::add_sketch_basis(std::string_view spec) {
+  return add_named(sketch_bases, spec, "--sketch-basis", &load_sketch_basis);
+}
 
 Result<PolicyConfig> build_policy(const PolicySources& s) {
   const PolicyItem item = split_policy_item(s.item);
@@ -61,6 +149,17 @@ Result<PolicyConfig> build_policy(const PolicySources& s) {
   if (has_req) {
     for (auto it = req.begin(); it != req.end(); ++it) {
       if (it.key() == "policy") continue;
+      if (it.key() == "head_plan") {
+        SIEVE_TRY(set_registered("head_plan", it.value(), s.files ? &s.files->head_plans : nullptr,
+                                 p->head_plan, p->plan));
+        continue;
+      }
+      if (it.key() == "sketch_basis") {
+        SIEVE_TRY(set_registered("sketch_basis", it.value(),
+                                 s.files ? &s.files->sketch_bases : nullptr, p->sketch_basis,
+                                 p->basis));
+        continue;
+      }
       std::string text;
       if (!policy_knob_text(it.value(), text)) {
         return make_error("knob {} must be a number, string, boolean or list of integers",

@@ -3,6 +3,8 @@
 // with --set) and the server (a request's "sieve" object over the server's --policy).
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,17 @@
 #include "sparse/policy.h"
 
 namespace sieve {
+
+// Head plans and sketch bases the operator registered at start (sieve serve --head-plan
+// NAME=FILE, --sketch-basis NAME=FILE), loaded once. A server request names one of them; it
+// never gives a path, so no request makes the server open a file.
+struct PolicyFiles {
+  std::map<std::string, std::shared_ptr<const HeadPlan>> head_plans;
+  std::map<std::string, std::shared_ptr<const SketchBasis>> sketch_bases;
+  // NAME=FILE, or FILE alone (named by the file name without its directory and extension).
+  Status add_head_plan(std::string_view spec);
+  Status add_sketch_basis(std::string_view spec);
+};
 
 // The sources of one policy. Knobs apply in this order, a later source overriding an earlier:
 //   1. the preset: a request's "policy", else the policy file's, else `item`'s name, else
@@ -29,6 +42,9 @@ struct PolicySources {
   std::vector<std::string> sets;  // key=value assignments (--set)
   bool sets_skip_dense = false;   // eval/bench lists: --set tunes the sparse items only
   std::string request_json;       // a server request's "sieve" object ("" = none)
+  // What the request's head_plan / sketch_basis knobs may name (nullptr: nothing; a request
+  // knob is never read as a path).
+  const PolicyFiles* files = nullptr;
 };
 
 Result<PolicyConfig> build_policy(const PolicySources& s);

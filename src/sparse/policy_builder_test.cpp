@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "sparse/policy_builder.h"
 
 namespace sieve {
@@ -78,6 +80,49 @@ TEST(PolicyBuilder, ListSetsTuneSparseItemsOnly) {
   auto bad = build_policy(s);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.message().rfind("--policy tokenselect:local=32: ", 0), 0u) << bad.message();
+}
+
+// A request names a registered head plan or sketch basis; a path in a request is never opened
+// (issue 44: /dev/zero, a FIFO or a secret JSON file named by a request).
+TEST(PolicyBuilder, RequestFileKnobsNameRegisteredFilesOnly) {
+  const std::string secret = ::testing::TempDir() + "/policy_builder_secret.json";
+  {
+    std::ofstream f(secret);
+    f << "{\"api_key\": \"SECRET-TOKEN\"}";
+  }
+  PolicyFiles files;
+  PolicySources s;
+  s.files = &files;
+  for (const std::string& path : {secret, std::string("/dev/zero"), std::string("/etc/passwd")}) {
+    for (const char* knob : {"head_plan", "sketch_basis"}) {
+      s.request_json = nlohmann::json{{"policy", "rtpurbo"}, {knob, path}}.dump();
+      auto p = build_policy(s);
+      ASSERT_FALSE(p.ok()) << knob << " " << path;
+      EXPECT_NE(p.message().find("none registered"), std::string::npos) << p.message();
+      EXPECT_EQ(p.message().find("SECRET"), std::string::npos) << p.message();
+      EXPECT_EQ(p.message().find(path), std::string::npos) << p.message();
+    }
+  }
+  // the operator's registration reads the file (bounded); its errors do not quote it
+  Status st = files.add_head_plan("plan=" + secret);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().find("SECRET"), std::string::npos) << st.message();
+  st = files.add_sketch_basis("b=/dev/zero");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not a regular file"), std::string::npos) << st.message();
+  EXPECT_FALSE(files.add_head_plan("bad name=x.json").ok());
+  // a registered name is resolved without touching the disk
+  files.head_plans["p1"] = std::make_shared<const HeadPlan>(HeadPlan::empty(HeadShape{1, 2, 1, 8}));
+  s.request_json = R"({"policy": "rtpurbo", "head_plan": "p1"})";
+  auto p = build_policy(s);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->head_plan, "p1");
+  EXPECT_EQ(p->plan, files.head_plans["p1"]);
+  s.request_json = R"({"policy": "rtpurbo", "head_plan": "p2"})";
+  auto unknown = build_policy(s);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("this server has: p1"), std::string::npos) << unknown.message();
+  std::remove(secret.c_str());
 }
 
 }  // namespace

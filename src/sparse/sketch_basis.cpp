@@ -106,8 +106,9 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::exception& e) {
-    return make_error("not JSON ({})", e.what());
+  } catch (const json::parse_error& e) {
+    // the position only: the parser's message quotes the text it read
+    return make_error("not JSON (parse error at byte {})", e.byte);
   }
   if (!j.is_object() || j.value("format", "") != kFormat)
     return make_error("field 'format' is not \"{}\"", kFormat);

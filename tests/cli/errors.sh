@@ -52,6 +52,14 @@ if [ -n "$MODEL" ]; then  # bench takes eval's NAME:key=value policy items and c
       --backend cuda --policy h2o -p hi -n 1
   fi
 fi
+# issue 44: -f DIR answered over an empty document (exit 0), -f /dev/zero read without end
+mkdir -p "$tmp/docdir"
+expect_user_error run-doc-dir "docdir: not a regular file" "$SIEVE" run -m "$tmp/no-such.gguf" -f "$tmp/docdir" -p hi
+expect_user_error run-doc-dev-zero "/dev/zero: not a regular file" "$SIEVE" run -m "$tmp/no-such.gguf" -f /dev/zero -p hi
+mkfifo "$tmp/docfifo"
+expect_user_error run-doc-fifo "docfifo: not a regular file" timeout 10 "$SIEVE" run -m "$tmp/no-such.gguf" -f "$tmp/docfifo" -p hi
+printf ' \n' >"$tmp/blank.txt"
+expect_user_error run-doc-empty "blank.txt is empty" "$SIEVE" run -m "$tmp/no-such.gguf" -f "$tmp/blank.txt" -p hi
 expect_user_error bad-backend "tpu not in" "$SIEVE" run -m "$tmp/no-such.gguf" --backend tpu -p hi
 expect_user_error eval-concurrency "concurrency" "$SIEVE" eval --concurrency 0 -o "$tmp/ev"
 expect_user_error eval-rope "rope-scaling" "$SIEVE" eval --rope-scaling longrope -o "$tmp/ev"
@@ -93,7 +101,7 @@ expect_user_error unknown-knob "unknown policy knob 'topk'; knobs: scorer" "$SIE
 expect_user_error bad-knob-value "top_k: 'many' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --set top_k=many -p hi
 expect_user_error inline-bad-knob "--policy tokenselect:topk=5: unknown policy knob 'topk'" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect:topk=5 -p hi
 expect_user_error inline-bad-value "top_k: 'x' is not an integer" "$SIEVE" run -m "$tmp/empty.gguf" --policy tokenselect:theta=0.5:top_k=x -p hi
-expect_user_error missing-policy-file "cannot open policy file" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/nope.policy" -p hi
+expect_user_error missing-policy-file "cannot read the policy file .*nope.policy" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/nope.policy" -p hi
 printf 'policy = stca\nkeep_mass = 2\n' >"$tmp/bad.policy"
 expect_user_error bad-policy-file "line 2: policy knob keep_mass" "$SIEVE" run -m "$tmp/empty.gguf" --policy-file "$tmp/bad.policy" -p hi
 expect_user_error bad-flag "no-such-flag" "$SIEVE" run --no-such-flag

@@ -32,13 +32,13 @@ def test_malformed_json(server, raw):
 
 
 @pytest.mark.parametrize("field,value", [
-    ("prompt", 5), ("prompt", None), ("prompt", {}), ("prompt", ""), ("prompt", []), ("prompt", ["a", "b"]),
+    ("prompt", 5), ("prompt", None), ("prompt", {}), ("prompt", ""), ("prompt", []), ("prompt", ["a", 5]),
     ("max_tokens", -1), ("max_tokens", 2 ** 31), ("max_tokens", 2 ** 63), ("max_tokens", 1.5), ("max_tokens", "8"),
     ("n", 0), ("n", -1), ("n", 10 ** 6), ("logprobs", -1), ("logprobs", 21), ("logprobs", 10 ** 6),
     ("temperature", -1), ("temperature", 1e9), ("temperature", "hot"), ("top_p", -0.1), ("top_p", 1.1),
     ("top_k", -5), ("top_k", 2 ** 31), ("min_p", 1.5), ("presence_penalty", 9), ("frequency_penalty", -9),
     ("seed", -2), ("seed", 2 ** 64), ("seed", "abc"), ("stop", 5), ("stop", [1, 2]), ("stop", ["s"] * 100),
-    ("stream", "yes"), ("logit_bias", {"1": 5}), ("echo", True), ("sieve", "dense"), ("sieve", {"policy": 5}),
+    ("stream", "yes"), ("logit_bias", {"1": 5}), ("echo", "yes"), ("sieve", "dense"), ("sieve", {"policy": 5}),
 ])
 def test_bad_completion_fields(server, field, value):
     body = {"prompt": "hello", "max_tokens": 2}

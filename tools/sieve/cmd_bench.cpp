@@ -30,6 +30,7 @@
 #include "command.h"
 #include "core/cpu_features.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "engine/forward.h"
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
@@ -277,12 +278,10 @@ int run(BenchOptions o) {
     for (int32_t i = 0; i < max_len; ++i)
       prompt[i] = 100 + (i * 7919) % std::min(model.hp.n_vocab - 100, 30000);
   } else {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) throw UserError("cannot read the prompt file " + o.file);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    auto text = read_text_file(o.file, "prompt file");  // regular, bounded
+    if (!text) throw UserError(text.message());
     const std::vector<int32_t> ids =
-        model.tokenizer->encode(ss.str(), model.tokenizer->add_bos(), false);
+        model.tokenizer->encode(*text, model.tokenizer->add_bos(), false);
     if (ids.size() < 2) throw UserError("the prompt file " + o.file + " has no text");
     for (int32_t i = 0; i < max_len; ++i) prompt[i] = ids[i % ids.size()];
   }

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "command.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "engine/generate.h"
 #include "model_cache.h"
 #include "run_common.h"
@@ -54,11 +55,13 @@ int run(const RunOptions& o) {
     throw UserError("nothing to answer: give -p TEXT and/or -f FILE");
   std::string document;
   if (!o.file.empty()) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) throw UserError("cannot read the document " + o.file);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    document = ss.str();
+    // A regular file under a bound (a directory read as empty and answered; /dev/zero never
+    // ended), and one with text: an empty document is a mistake, not a prompt.
+    auto text = read_text_file(o.file, "document");
+    if (!text) throw UserError(text.message());
+    if (text->find_first_not_of(" \t\r\n") == std::string::npos)
+      throw UserError("the document " + o.file + " is empty");
+    document = std::move(*text);
   }
   const PolicyPtr policy = policy_from_flags(o.policy);
   LoadedModel lm = load_for_run(o.model);

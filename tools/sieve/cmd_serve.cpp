@@ -32,11 +32,15 @@ struct ServeOptions {
   int32_t max_concurrent = 64;
   int32_t max_tokens = 0;
   int64_t max_body_bytes = 32ll << 20;
+  int32_t max_conns_per_client = 64;
+  int64_t max_inflight_mib = 1024;
   double ping_interval = 15;
   double progress_interval = 1;
   double shutdown_timeout = 30;
   SamplingFlags sampling;
   PolicyFlags policy;
+  std::vector<std::string> head_plans;    // --head-plan NAME=FILE | FILE (repeatable)
+  std::vector<std::string> sketch_bases;  // --sketch-basis NAME=FILE | FILE (repeatable)
   std::string backend = "cpu";
   double gpu_mem_fraction = 0.9;
 };
@@ -85,9 +89,28 @@ int serve(CLI::App& app, const ServeOptions& o) {
   cfg.max_concurrent = o.max_concurrent;
   cfg.max_tokens = o.max_tokens;
   cfg.http.max_body_bytes = o.max_body_bytes;
+  cfg.http.max_connections_per_client = o.max_conns_per_client;
+  cfg.http.max_inflight_bytes = o.max_inflight_mib << 20;
+  if (cfg.http.max_inflight_bytes < o.max_body_bytes)
+    throw UserError("--max-inflight-mib must hold at least one --max-body-bytes body");
   cfg.sampling = o.sampling.params();
   cfg.fixed_seed = app.get_option("--seed")->count() > 0;
-  cfg.default_policy = policy_from_flags(o.policy);
+  // Files a request may name: loaded (and validated) once, here. A plain FILE for --head-plan
+  // is also the default policy's plan, as `sieve run --head-plan FILE`.
+  PolicyFlags pf = o.policy;
+  for (const std::string& spec : o.head_plans) {
+    if (Status st = cfg.policy_files.add_head_plan(spec); !st) throw UserError(st.message());
+    const size_t eq = spec.find('=');
+    const bool named = eq != std::string::npos && spec.find('/') > eq;
+    if (!named) {
+      if (!pf.head_plan.empty())
+        throw UserError("--head-plan: give one plain FILE (the default policy's); name the others");
+      pf.head_plan = spec;
+    }
+  }
+  for (const std::string& spec : o.sketch_bases)
+    if (Status st = cfg.policy_files.add_sketch_basis(spec); !st) throw UserError(st.message());
+  cfg.default_policy = policy_from_flags(pf);
   cfg.ping_interval_s = o.ping_interval;
   cfg.progress_interval_s = o.progress_interval;
   cfg.shutdown_timeout_s = o.shutdown_timeout;
@@ -191,6 +214,14 @@ std::function<int()> setup(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("--max-body-bytes", o->max_body_bytes, "largest request body; larger get HTTP 413")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32));
+  app.add_option("--max-conns-per-client", o->max_conns_per_client,
+                 "open connections one client address may hold; beyond, its oldest idle or "
+                 "stalled one is closed (0: no cap; default 64 of the 256 in all)")
+      ->check(CLI::Range(0, 256));
+  app.add_option("--max-inflight-mib", o->max_inflight_mib,
+                 "MiB of request bodies, parsed JSON and token arrays all requests in flight may "
+                 "hold together; a request that would exceed it gets HTTP 503 (default 1024)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--ping-interval", o->ping_interval,
                  "seconds between SSE comment pings on a silent stream (0: off)")
       ->check(CLI::Range(0.0, 3600.0));
@@ -208,6 +239,15 @@ std::function<int()> setup(CLI::App& app) {
   o->sampling.min_p = 0.0f;
   add_sampling_flags(app, o->sampling);
   add_policy_flags(app, o->policy);
+  // The server's own --head-plan: repeatable, and what a request's head_plan knob may name.
+  app.remove_option(app.get_option("--head-plan"));
+  app.add_option("--head-plan", o->head_plans,
+                 "register a head plan from `sieve calibrate` as NAME=FILE (a request selects it "
+                 "with \"sieve\": {\"head_plan\": NAME}); a plain FILE is also the default "
+                 "policy's plan (rtpurbo) and is named by its file name (repeatable)");
+  app.add_option("--sketch-basis", o->sketch_bases,
+                 "register a sketch basis from `sieve calibrate --sketch-basis` as NAME=FILE (a "
+                 "request selects it with \"sieve\": {\"sketch_basis\": NAME}; repeatable)");
   return [o, &app]() { return serve(app, *o); };
 }
 

@@ -177,15 +177,18 @@ def test_request_that_cannot_fit_alone_fails_clearly(start):
     assert status == 200, r
 
 
-def test_disconnect_mid_prefill_frees_pages_at_once(start):
-    # 900 prompt tokens in chunks of 32: the prefill takes many steps. The client leaves once
-    # pages are held; the pages must be back within a moment, not after the prefill.
-    s = start("--max-batch-tokens", "32", "--max-step-ms", "0", "--no-prefix-cache")
+def test_disconnect_mid_prefill_frees_pages_at_once(backend, start):
+    # A long prompt in small chunks (CPU: 900 tokens by 32; GPU: 8000 by 16) so that the prefill
+    # takes many steps. The client leaves once pages are held; they must be back within a
+    # moment, not after the prefill.
+    gpu = bool(backend[1])
+    n, chunk = (8000, "16") if gpu else (900, "32")
+    s = start("--max-batch-tokens", chunk, "--max-step-ms", "0", "--no-prefix-cache", ctx=8192 if gpu else 1024)
     before = metric(s, "sieve_client_disconnects_total")
-    st = Stream(s, {"prompt": prompt(900, 1), "max_tokens": 4})
+    st = Stream(s, {"prompt": prompt(n, 1), "max_tokens": 4})
     assert wait_for(lambda: metric(s, "sieve_kv_pages_used") > 0, 60)
     used = metric(s, "sieve_kv_pages_used")
-    assert used < 900 / 16 * 30, "the prefill finished before the client left"  # 30 layer streams
+    assert used < n / 16 * 30, "the prefill finished before the client left"  # 30 layer streams
     st.close()
     t0 = time.time()
     assert wait_for(lambda: metric(s, "sieve_kv_pages_used") == 0, 5)

@@ -252,6 +252,8 @@ def main():
                "policy": policy_seeds(),
                "head_plan": {"plan.json": head_plan(False), "plan_indexer.json": head_plan(True)},
                "sketch_basis": sketch_basis_seeds()}
+    # Inputs that found bugs (regress_*) are kept in the corpus beside these seeds; they are
+    # committed files, not written here.
     for target, seeds in corpora.items():
         out = os.path.join(CORPUS, target)
         os.makedirs(out, exist_ok=True)

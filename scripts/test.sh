@@ -16,6 +16,14 @@ SIEVE_CMAKE_ARGS=-DSIEVE_WERROR=ON scripts/build.sh release  # warnings fail CI
 ./build/tools/sieve/sieve pull qwen2.5-coder-0.5b --quiet-progress >/dev/null
 export SIEVE_TEST_MODEL_DIR=${SIEVE_HOME:-$HOME/.cache/sieve}/models
 ctest --preset release -j "$(nproc)" --timeout 900
+# Every fuzz target briefly (20 s each; about 3 minutes and the fuzz build) when clang with
+# libFuzzer is there: a crash, leak, timeout or sanitizer report fails CI (scripts/fuzz.sh).
+if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+  clang++ -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+  scripts/fuzz.sh all "${SIEVE_FUZZ_SECONDS:-20}"
+else
+  echo "clang with libFuzzer not found: the fuzz targets are skipped"
+fi
 scripts/build.sh asan
 # Under the sanitizers the golden-model tests (full forward passes over 1K-token prompts)
 # use smaller workloads (SIEVE_TEST_SHORT); the llama.cpp golden comparisons (numerics, run

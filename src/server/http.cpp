@@ -637,9 +637,10 @@ void HttpServer::serve_connection(int fd, uint64_t id) {
           size_line = size_line.substr(0, semi);
         size_line = trim_ows(size_line);
         int64_t size = 0;
+        // At most 15 hex digits (< 2^60, no overflow); a longer or bad line stops the parse.
         if (size_line.empty() || size_line.size() > 15) body_ok = false;
-        for (char c : size_line) {
-          const int h = hex_value(c);
+        for (size_t i = 0; body_ok && i < size_line.size(); ++i) {
+          const int h = hex_value(size_line[i]);
           if (h < 0) body_ok = false;
           size = size * 16 + std::max(h, 0);
         }

@@ -9,8 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 namespace sieve {
 namespace {
@@ -42,6 +46,39 @@ Result<int64_t> get_int(const json& obj, const char* key, const std::string& whe
   const json& v = obj.at(key);
   if (!v.is_number_integer()) return make_error("{}: \"{}\" must be an integer", where, key);
   return v.get<int64_t>();
+}
+
+// An optional field of the plan's record (model, calibration, indexer fit): absent or null
+// keeps `out`; otherwise it must have the field's type and range. Never a json exception or a
+// cast out of range (`value()` throws on a wrong type and casts 1e300 to int).
+template <class T>
+Status opt_field(const json& obj, const char* key, const std::string& where, T& out) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return {};
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return make_error("{}: \"{}\" must be a string", where, key);
+    out = it->get<std::string>();
+  } else if constexpr (std::is_integral_v<T>) {
+    using L = std::numeric_limits<T>;
+    bool ok = it->is_number_integer();
+    if (ok && it->is_number_unsigned()) {
+      ok = it->get<uint64_t>() <= static_cast<uint64_t>(L::max());
+    } else if (ok) {
+      const int64_t i = it->get<int64_t>();
+      ok = i >= static_cast<int64_t>(L::min()) &&
+           (i < 0 || static_cast<uint64_t>(i) <= static_cast<uint64_t>(L::max()));
+    }
+    if (!ok) {
+      return make_error("{}: \"{}\" must be an integer in [{}, {}]", where, key, L::min(),
+                        L::max());
+    }
+    out = it->is_number_unsigned() ? static_cast<T>(it->get<uint64_t>())
+                                   : static_cast<T>(it->get<int64_t>());
+  } else {
+    if (!it->is_number()) return make_error("{}: \"{}\" must be a number", where, key);
+    out = static_cast<T>(it->get<double>());
+  }
+  return {};
 }
 
 Result<std::vector<float>> get_floats(const json& v, size_t n, const std::string& where) {
@@ -292,6 +329,8 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   } catch (const json::parse_error& e) {
     // the position only: the parser's message quotes the text it read
     return make_error("head plan is not valid JSON (parse error at byte {})", e.byte);
+  } catch (const json::exception&) {  // out_of_range for a number like 1e999
+    return make_error("head plan is not valid JSON (a number out of range)");
   }
   if (!j.is_object()) return make_error("head plan: expected a JSON object");
   if (!j.contains("format") || j["format"] != kFormat) {
@@ -320,21 +359,19 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   }
   if (j.contains("model") && j["model"].is_object()) {
     const json& m = j["model"];
-    p.model_name = m.value("name", "");
-    p.model_arch = m.value("arch", "");
-    p.model_sha256 = m.value("sha256", "");
+    for (auto [key, out] : {std::pair{"name", &p.model_name}, std::pair{"arch", &p.model_arch},
+                            std::pair{"sha256", &p.model_sha256}}) {
+      SIEVE_TRY(opt_field(m, key, "head plan model", *out));
+    }
   }
   if (j.contains("calibration") && j["calibration"].is_object()) {
     const json& c = j["calibration"];
-    try {
-      p.ratio = c.value("ratio", 0.0f);
-      p.seed = c.value("seed", uint64_t{0});
-      p.samples = c.value("samples", 0);
-      p.ctx = c.value("ctx", 0);
-      p.score_method = c.value("score", "");
-    } catch (const json::exception&) {
-      return make_error("head plan: \"calibration\" has a field of the wrong type");
-    }
+    const std::string where = "head plan calibration";
+    SIEVE_TRY(opt_field(c, "ratio", where, p.ratio));
+    SIEVE_TRY(opt_field(c, "seed", where, p.seed));
+    SIEVE_TRY(opt_field(c, "samples", where, p.samples));
+    SIEVE_TRY(opt_field(c, "ctx", where, p.ctx));
+    SIEVE_TRY(opt_field(c, "score", where, p.score_method));
   }
   const HeadShape s = p.shape;
   Status st =
@@ -362,9 +399,9 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
       return make_error("head plan indexer: d_idx = {} is not in [1, head_dim = {}]", *d,
                         s.head_dim);
     p.d_idx = static_cast<int32_t>(*d);
-    p.recall_k = ix.value("recall_k", 0);
-    p.recall_of = ix.value("recall_of", 0);
-    p.fit_ms = ix.value("fit_ms", 0.0);
+    SIEVE_TRY(opt_field(ix, "recall_k", "head plan indexer", p.recall_k));
+    SIEVE_TRY(opt_field(ix, "recall_of", "head plan indexer", p.recall_of));
+    SIEVE_TRY(opt_field(ix, "fit_ms", "head plan indexer", p.fit_ms));
     if (!ix.contains("layers") || !ix["layers"].is_array() ||
         static_cast<int32_t>(ix["layers"].size()) != s.n_layer) {
       return make_error("head plan indexer: \"layers\" must be an array of {} layers", s.n_layer);
@@ -392,13 +429,14 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
             static_cast<int32_t>(L["fit"].size()) == s.n_head && L["fit"][h].is_object()) {
           const json& f = L["fit"][h];
           IndexerFit& o = p.fit[lh(s, l, h)];
-          o.kl_init = f.value("kl_init", 0.0);
-          o.kl_fit = f.value("kl_fit", 0.0);
-          o.recall_init = f.value("recall_init", 0.0);
-          o.recall_fit = f.value("recall_fit", 0.0);
-          o.keep = f.value("keep", 0.0);
-          o.keep_oracle = f.value("keep_oracle", 0.0);
-          o.coverage = f.value("coverage", 0.0);
+          const std::string where = fmt::format("head plan indexer layer {} fit[{}]", l, h);
+          for (auto [key, out] :
+               {std::pair{"kl_init", &o.kl_init}, std::pair{"kl_fit", &o.kl_fit},
+                std::pair{"recall_init", &o.recall_init}, std::pair{"recall_fit", &o.recall_fit},
+                std::pair{"keep", &o.keep}, std::pair{"keep_oracle", &o.keep_oracle},
+                std::pair{"coverage", &o.coverage}}) {
+            SIEVE_TRY(opt_field(f, key, where, *out));
+          }
         }
       }
       for (int32_t g = 0; g < s.n_head_kv; ++g) {

@@ -153,6 +153,39 @@ TEST(HeadPlan, BadInputIsOneClearError) {
       "has W_Q but its KV head has no W_K");
 }
 
+// head_plan_fuzz found the record's optional fields throwing json::type_error out of the
+// parser (a string where a number belongs: the CLI died with terminate) and 1e300 cast to int
+// (undefined behaviour). Each is now an error naming the field.
+TEST(HeadPlan, RecordFieldsOfTheWrongTypeAreErrors) {
+  expect_error([](json& j) { j["indexer"]["recall_k"] = "x"; }, "\"recall_k\" must be an integer");
+  expect_error([](json& j) { j["indexer"]["recall_of"] = 1e300; }, "\"recall_of\" must be");
+  expect_error([](json& j) { j["indexer"]["fit_ms"] = "x"; }, "\"fit_ms\" must be a number");
+  expect_error([](json& j) { j["calibration"]["samples"] = 1e300; }, "\"samples\" must be");
+  expect_error([](json& j) { j["calibration"]["ctx"] = 1ll << 40; }, "\"ctx\" must be");
+  expect_error([](json& j) { j["calibration"]["seed"] = -1; }, "\"seed\" must be");
+  expect_error([](json& j) { j["calibration"]["ratio"] = "x"; }, "\"ratio\" must be a number");
+  expect_error([](json& j) { j["calibration"]["score"] = 5; }, "\"score\" must be a string");
+  expect_error([](json& j) { j["model"]["name"] = 5; }, "head plan model: \"name\"");
+  expect_error(
+      [](json& j) {
+        for (auto& L : j["indexer"]["layers"])
+          for (auto& f : L["fit"])
+            if (f.is_object()) f["kl_init"] = json::array();
+      },
+      "\"kl_init\" must be a number");
+  // A number too large for a double is a JSON error, not an escaping json::out_of_range.
+  EXPECT_NE(head_plan_from_json(R"({"format": 7e777})").message().find("not valid JSON"),
+            std::string::npos);
+  // Absent or null optional fields are fine; a seed above 2^63 is kept.
+  json j = json::parse(head_plan_to_json(sample_plan(true)));
+  j["calibration"]["samples"] = nullptr;
+  j["calibration"]["seed"] = 18446744073709551615ull;
+  j["indexer"].erase("recall_k");
+  auto r = head_plan_from_json(j.dump());
+  ASSERT_TRUE(r) << r.message();
+  EXPECT_EQ(r->seed, 18446744073709551615ull);
+}
+
 TEST(HeadPlan, ShapeMustMatchTheModel) {
   const HeadPlan p = sample_plan(false);
   EXPECT_TRUE(check_head_plan_shape(p, HeadShape{3, 6, 2, 8}));

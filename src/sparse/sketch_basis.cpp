@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -110,7 +112,9 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
     // the position only: the parser's message quotes the text it read
     return make_error("not JSON (parse error at byte {})", e.byte);
   }
-  if (!j.is_object() || j.value("format", "") != kFormat)
+  // Types are checked before values are read: value() and get() throw on a wrong type, and
+  // get<uint8_t>() of 1e300 is an out-of-range cast (sketch_basis_fuzz).
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() || j["format"] != kFormat)
     return make_error("field 'format' is not \"{}\"", kFormat);
   if (!j.contains("version") || !j["version"].is_number_integer() ||
       j["version"].get<int>() != kVersion) {
@@ -129,17 +133,30 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
   if (Status st = get_int("n_kv_head", 1, 1024, b.n_kv_head); !st) return st.error();
   if (Status st = get_int("head_dim", 1, 1024, b.head_dim); !st) return st.error();
   if (Status st = get_int("dim", 1, b.head_dim, b.dim); !st) return st.error();
+  if (!j.contains("fitted") || !j["fitted"].is_array())
+    return make_error("field 'fitted' must be an array of 0 and 1");
+  for (const json& f : j["fitted"]) {
+    if (!f.is_number_integer() || (f.get<int64_t>() != 0 && f.get<int64_t>() != 1))
+      return make_error("field 'fitted' must be an array of 0 and 1");
+    b.fitted.push_back(static_cast<uint8_t>(f.get<int64_t>()));
+  }
+  if (j.contains("tokens") && !j["tokens"].is_number_integer())
+    return make_error("field 'tokens' must be an integer");
+  if (j.contains("model")) {  // provenance, optional: {"name": ..., "arch": ...}
+    const json& m = j["model"];
+    if (!m.is_object()) return make_error("field 'model' must be an object");
+    for (auto [key, out] : {std::pair{"name", &b.model_name}, std::pair{"arch", &b.model_arch}}) {
+      if (!m.contains(key)) continue;
+      if (!m[key].is_string()) return make_error("field 'model.{}' must be a string", key);
+      *out = m[key].get<std::string>();
+    }
+  }
   try {
-    b.fitted = j.at("fitted").get<std::vector<uint8_t>>();
     b.captured = j.at("captured").get<std::vector<double>>();
     b.p = j.at("p").get<std::vector<float>>();
     b.tokens = j.value("tokens", int64_t{0});
-    if (j.contains("model")) {
-      b.model_name = j["model"].value("name", "");
-      b.model_arch = j["model"].value("arch", "");
-    }
   } catch (const json::exception& e) {
-    return make_error("fields 'fitted', 'captured', 'p' must be arrays of numbers ({})", e.what());
+    return make_error("fields 'captured', 'p' must be arrays of numbers ({})", e.what());
   }
   const size_t units = static_cast<size_t>(b.n_layer) * b.n_kv_head;
   if (b.fitted.size() != static_cast<size_t>(b.n_layer))

@@ -134,6 +134,29 @@ TEST(SketchBasis, BadFilesAreRejectedWithTheFieldNamed) {
       write(head + R"("dim":1,"fitted":[0],"captured":[1],"p":[1,0]})").message().find("no layer"),
       std::string::npos);
   EXPECT_TRUE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,0]})").ok());
+  // sketch_basis_fuzz: a field of the wrong type threw json::type_error out of the loader
+  // (a duplicate "format" key holding an array), and 1e300 was cast to an integer.
+  EXPECT_NE(write(R"({"format":"sieve-sketch-basis","format":[0]})").message().find("format"),
+            std::string::npos);
+  EXPECT_NE(write(head + R"("dim":1,"fitted":[1e300],"captured":[1],"p":[1,0]})")
+                .message()
+                .find("fitted"),
+            std::string::npos);
+  EXPECT_NE(
+      write(head + R"("dim":1,"fitted":[2],"captured":[1],"p":[1,0]})").message().find("fitted"),
+      std::string::npos);
+  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,0],"tokens":1e300})")
+                .message()
+                .find("tokens"),
+            std::string::npos);
+  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,0],"model":5})")
+                .message()
+                .find("'model'"),
+            std::string::npos);
+  EXPECT_NE(write(head + R"("dim":1,"fitted":[1],"captured":[1],"p":[1,0],"model":{"name":[]}})")
+                .message()
+                .find("'model.name'"),
+            std::string::npos);
 }
 
 TEST(SketchBasis, PolicyKnobLoadsTheFileOrNamesIt) {

@@ -29,14 +29,15 @@ def find_model(name="smollm2.gguf"):
 class Server:
     """A `sieve serve` process on a free loopback port."""
 
-    def __init__(self, *args, env=None):
-        binary = os.environ.get("SIEVE_BIN")
+    def __init__(self, *args, env=None, binary=None, ctx=1024):
+        """binary: the sieve to run (default $SIEVE_BIN; the fault tests pass $SIEVE_GPU_BIN)."""
+        binary = binary or os.environ.get("SIEVE_BIN")
         if not binary or not os.access(binary, os.X_OK):
             pytest.skip("SIEVE_BIN does not name the sieve binary")
         model = find_model()
         if not model:
             pytest.skip("smollm2.gguf not found (sieve pull smollm2)")
-        self.args = [binary, "serve", "-m", model, "--port", "0", "-t", "1", "-c", "1024", *args]
+        self.args = [binary, "serve", "-m", model, "--port", "0", "-t", "1", "-c", str(ctx), *args]
         self.log = []
         full_env = dict(os.environ, **(env or {}))
         self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,

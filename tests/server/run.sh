@@ -3,6 +3,8 @@
 # Python: $SIEVE_PYTHON, else the git-ignored venv scripts/install-deps.sh makes (build-venv,
 # with pytest and the openai client), else python3. Exits 77 (skipped) without pytest; the
 # tests skip themselves when smollm2.gguf is not in the test model directories.
+# SIEVE_GPU_BIN=path/to/a/cuda/build/of/sieve runs the fault tests (test_faults.py) on
+# --backend cuda as well; without it those cases skip.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -21,6 +23,6 @@ fi
 export PYTHONDONTWRITEBYTECODE=1
 args=()
 # Sanitizer builds (SIEVE_TEST_SHORT): the endpoint and bad-input cases, not the 16-client
-# load run or the shutdown timings.
-[ -n "${SIEVE_TEST_SHORT:-}" ] && args=(-k "not test_load and not test_lifecycle")
+# load run, the shutdown timings or the faults under load.
+[ -n "${SIEVE_TEST_SHORT:-}" ] && args=(-k "not test_load and not test_lifecycle and not test_faults")
 exec "$py" -m pytest -q -p no:cacheprovider -o console_output_style=classic "$here" "${args[@]}"

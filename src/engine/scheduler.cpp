@@ -444,6 +444,7 @@ bool Scheduler::step() {
   pc.max_batch_tokens = cfg_.max_batch_tokens;
   pc.max_chunk = cfg_.prefill_chunk;
   pc.min_chunk = cfg_.min_prefill_chunk;
+  pc.row_group = cfg_.row_group;
   // No decode in the step: nobody waits on it, so prefill takes the token budget.
   if (decodes.decode_tokens > 0) {
     pc.max_step_ms =

@@ -38,6 +38,9 @@ struct SchedulerConfig {
   // that keeps prefill throughput within 90% of full-size chunks (auto_step_budget()).
   double max_step_ms = 0;
   int32_t min_prefill_chunk = 16;  // the first waiting prompt gets at least this every step
+  // Under a step budget, chunks grow to fill a multiple of this many rows a step: the
+  // activation rows the CPU GEMM takes per pass (step_planner.h). 1: off.
+  int32_t row_group = 8;
 };
 
 // Step durations for the /metrics histogram, cumulated by the scheduler.
@@ -64,7 +67,7 @@ struct SchedulerStats {
   int32_t last_step_prefill_tokens = 0;
   double step_budget_ms = 0;  // the last step's budget (0: none)
   StepTimeBuckets step_ms;
-  StepCostModel::Coef cost_coef{};  // ms per step, prefill token, decode token, key read
+  StepCostModel::Coef cost_coef{};  // ms per step, GEMM step, prefill/decode token, key
 };
 
 class Scheduler {

@@ -64,7 +64,8 @@ StepCostModel::StepCostModel(Coef prior, double forget) : forget_(forget) {
 }
 
 std::array<double, StepCostModel::kFeatures> StepCostModel::features(const StepShape& s) {
-  return {1.0, s.prefill_tokens > 0 ? 1.0 : 0.0, static_cast<double>(s.prefill_tokens) / kScale[2],
+  return {1.0, s.prefill_tokens + s.decode_tokens > 1 ? 1.0 : 0.0,
+          static_cast<double>(s.prefill_tokens) / kScale[2],
           static_cast<double>(s.decode_tokens) / kScale[3],
           static_cast<double>(s.kv_reads) / kScale[4]};
 }
@@ -149,6 +150,19 @@ void StepCostModel::refit() {
   for (int j = 0; j < kFeatures; ++j) coef_[j] = free[j] ? coef_[j] : 0;
 }
 
+namespace {
+
+// n grown so that `rows_before` + n fills a whole group of `group` rows, where that stays
+// within `limit`; n itself otherwise.
+int64_t fill_row_group(int64_t n, int64_t rows_before, int64_t limit, int32_t group) {
+  if (group <= 1 || n <= 0) return n;
+  const int64_t rows = rows_before + n;
+  const int64_t filled = n + (group - rows % group) % group;
+  return filled <= limit ? filled : n;
+}
+
+}  // namespace
+
 double auto_step_budget(const StepCostModel& cost, const PlannerConfig& cfg,
                         const StepShape& decodes, std::span<const PrefillSlot> prefills,
                         double efficiency) {
@@ -172,17 +186,14 @@ double auto_step_budget(const StepCostModel& cost, const PlannerConfig& cfg,
   auto rate = [&](int64_t n) { return static_cast<double>(n) / std::max(step_ms(n), 1e-6); };
   const double want = efficiency * rate(full);
   // The rate rises with n while the step's fixed costs dominate, then falls slowly (the
-  // chunk's own causal keys): the smallest n that reaches `want` on the rising side.
-  int64_t lo = 1, hi = full;
-  if (rate(lo) >= want) return step_ms(lo);
-  while (lo + 1 < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (rate(mid) >= want)
-      hi = mid;
-    else
-      lo = mid;
+  // chunk's own causal keys): the smallest chunk that reaches `want`, as the planner would
+  // make it (grown to fill its group of rows). A scan, not a bisection: the rounding makes the
+  // rate a sawtooth, and 512 predictions cost microseconds.
+  for (int64_t n = 1; n < full; ++n) {
+    const int64_t m = fill_row_group(n, decodes.decode_tokens, full, cfg.row_group);
+    if (rate(m) >= want) return step_ms(m);
   }
-  return step_ms(hi);
+  return step_ms(full);
 }
 
 std::vector<int32_t> plan_prefill_chunks(const StepCostModel& cost, const PlannerConfig& cfg,
@@ -263,6 +274,19 @@ std::vector<int32_t> plan_prefill_chunks(const StepCostModel& cost, const Planne
     tokens_left -= lo - have;
     shape = base;
     shape.add_prefill(lo, prefills[i].depth);
+  }
+  // Pass 3: the last chunk grows to fill the step's group of rows (nearly free on the CPU GEMM,
+  // which computes the group's missing rows anyway).
+  if (cfg.row_group > 1) {
+    int64_t rows = decodes.decode_tokens;
+    for (int32_t n : chunk) rows += n;
+    for (size_t i = prefills.size(); i-- > 0;) {
+      if (chunk[i] == 0 || prefills[i].fixed > 0) continue;
+      const int64_t limit = std::min<int64_t>(cap(i), chunk[i] + std::max<int64_t>(tokens_left, 0));
+      chunk[i] =
+          static_cast<int32_t>(fill_row_group(chunk[i], rows - chunk[i], limit, cfg.row_group));
+      break;
+    }
   }
   return chunk;
 }

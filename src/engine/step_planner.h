@@ -5,10 +5,12 @@
 // time, not a token count).
 //
 // The cost model is linear in what a step does:
-//   ms = c_step + c_chunked * [any prefill] + c_prefill * prefill tokens + c_decode * decode tokens
-//        + c_kv * keys read
-// (c_chunked: a step with a prefill chunk runs the matrix-matrix kernels, whose fixed cost per
-// step is several times the matrix-vector one of a decode-only step)
+//   ms = c_step + c_gemm * [more than one row] + c_prefill * prefill tokens
+//        + c_decode * decode tokens + c_kv * keys read
+// (c_gemm: a step of more than one row runs the matrix-matrix kernels, which unpack every
+// weight once per step: on the CPU that fixed cost is about one more pass over the weights, as
+// much again as a single-row (matrix-vector) step. A batch of decodes pays it as much as a step
+// with a prefill chunk does, so a chunk added to two or more decodes does not pay it again.)
 // where a chunk of n tokens at depth d reads n*d + n*(n+1)/2 keys (causal) and a decode at depth
 // d reads d + 1. It is fitted by exponentially weighted least squares over the recent steps,
 // pulled toward a prior (so that a coefficient the recent steps say nothing about, e.g. the
@@ -22,6 +24,11 @@
 // prefill throughput stays within a fraction (kAutoEfficiency) of what a full-size chunk
 // would give. Shorter steps would lower the inter-token latency further but spend more of
 // each step on its fixed costs, and time to first token grows with every such step.
+//
+// The CPU's matrix-matrix kernels take activation rows 8 at a time (PlannerConfig::row_group):
+// a step of 9 rows costs about what one of 16 does. Under a time budget the last prompt's
+// chunk is therefore grown to fill its group of rows where the limits allow (those tokens are
+// nearly free), and the auto budget is looked for among such chunk sizes.
 #pragma once
 
 #include <array>
@@ -46,10 +53,11 @@ int64_t chunk_kv_reads(int64_t n, int64_t depth);
 
 class StepCostModel {
  public:
-  static constexpr int kFeatures = 5;  // step, chunked step, prefill token, decode token, key read
+  static constexpr int kFeatures = 5;  // step, GEMM step, prefill token, decode token, key read
   using Coef = std::array<double, kFeatures>;
 
-  // prior: ms per step, per step with a chunk, per prefill token, per decode token, per key read.
+  // prior: ms per step, per step of more than one row, per prefill token, per decode token, per
+  // key read.
   explicit StepCostModel(Coef prior = default_prior(), double forget = 0.95);
   // A deliberately slow guess (a ~100M-parameter model on one slow core), so that the first
   // steps under a budget are small rather than over it; measured steps correct it within a few.
@@ -59,7 +67,7 @@ class StepCostModel {
   double linear_ms(const StepShape& s) const;  // the fit without the bias correction
   // A measured step: refits the coefficients.
   void observe(const StepShape& s, double ms);
-  // ms per step, per step with a chunk, per prefill token, per decode token, per key read.
+  // ms per step, per step of more than one row, per prefill token, per decode token, per key.
   Coef per_unit() const;
   int64_t n_observed() const { return n_observed_; }
 
@@ -81,6 +89,9 @@ struct PlannerConfig {
   int32_t max_batch_tokens = 512;  // tokens per step at most (decodes + prefill chunks)
   int32_t max_chunk = 512;         // one request's prefill chunk at most
   int32_t min_chunk = 16;          // the first waiting prompt gets at least this every step
+  // Under a time budget, chunks grow so that the step's rows (decodes + prefill tokens) fill a
+  // multiple of this where the limits allow: the rows the CPU GEMM takes per pass. 1: off.
+  int32_t row_group = 1;
 };
 
 // A prompt (or a preempted request's prompt + generated tokens) still being prefilled.

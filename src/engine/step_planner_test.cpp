@@ -128,16 +128,51 @@ TEST(StepPlanner, AutoBudgetIsTheShortestStepWithinTheThroughputBound) {
   EXPECT_EQ(plan_prefill_chunks(cost, with, decodes_at({0}), slot), std::vector<int32_t>({82}));
 }
 
+TEST(StepPlanner, ChunksGrowToFillTheirGroupOfRows) {
+  // 10 ms a step, 1 ms a token: 3 decodes and a 47 ms budget leave room for 34 tokens, 37 rows;
+  // the GEMM computes 40 rows either way, so the chunk takes 37 tokens.
+  const StepCostModel cost = model_of(10, 1, 1, 0);
+  PlannerConfig cfg{47, 512, 512, 16};
+  cfg.row_group = 8;
+  const StepShape dec = decodes_at({0, 0, 0});
+  const std::vector<PrefillSlot> one = {{1000, 0, 0}};
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, one), std::vector<int32_t>({37}));
+  // Not past the prompt, the chunk limit or the token budget.
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, std::vector<PrefillSlot>{{35, 0, 0}}),
+            std::vector<int32_t>({34}));
+  cfg.max_chunk = 36;
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, one), std::vector<int32_t>({34}));
+  cfg.max_chunk = 512;
+  cfg.max_batch_tokens = 38;
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, one), std::vector<int32_t>({34}));
+  // The minimum chunk fills its group too; without a time budget nothing changes.
+  cfg = PlannerConfig{5, 512, 512, 16};
+  cfg.row_group = 8;
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, one), std::vector<int32_t>({21}));
+  cfg.max_step_ms = 0;
+  cfg.max_batch_tokens = 40;
+  EXPECT_EQ(plan_prefill_chunks(cost, cfg, dec, one), std::vector<int32_t>({37}));
+  // The auto budget is looked for among filled chunks: with one decode, 90% of a full chunk's
+  // throughput (511/522 tokens per ms) is first reached at 87 tokens (88 rows; 87/98), where
+  // without the groups it was 82 (83 rows; 82/93).
+  PlannerConfig a{0, 512, 512, 16};
+  a.row_group = 8;
+  EXPECT_DOUBLE_EQ(auto_step_budget(cost, a, decodes_at({0}), one), 98);
+  a.max_step_ms = 98;
+  EXPECT_EQ(plan_prefill_chunks(cost, a, decodes_at({0}), one), std::vector<int32_t>({87}));
+}
+
 TEST(StepCostModel, LearnsTheCostsOfMeasuredSteps) {
-  // Steps of a machine with 8 ms per step (+30 with a chunk), 1.5 ms per prefill token, 3 ms
-  // per decode token and 20 ns per key, with 5% noise; the prior is off by 2-20x.
+  // Steps of a machine with 8 ms per step (+30 with more than one row: the GEMM's fixed cost,
+  // which batched decodes pay as well), 1.5 ms per prefill token, 3 ms per decode token and 20
+  // ns per key, with 5% noise; the prior is off by 2-20x.
   StepCostModel m;
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> n_dec(0, 8), n_pf(0, 300), depth(0, 4000);
   std::normal_distribution<double> noise(1.0, 0.05);
   auto truth = [](const StepShape& s) {
-    return 8 + (s.prefill_tokens > 0 ? 30 : 0) + 1.5 * s.prefill_tokens + 3 * s.decode_tokens +
-           2e-5 * s.kv_reads;
+    return 8 + (s.prefill_tokens + s.decode_tokens > 1 ? 30 : 0) + 1.5 * s.prefill_tokens +
+           3 * s.decode_tokens + 2e-5 * s.kv_reads;
   };
   for (int i = 0; i < 300; ++i) {
     StepShape s;
@@ -146,11 +181,15 @@ TEST(StepCostModel, LearnsTheCostsOfMeasuredSteps) {
       s.add_prefill(n, depth(rng));  // and decode-only steps
     m.observe(s, truth(s) * noise(rng));
   }
-  for (const StepShape& s : {decodes_at({100}), decodes_at({3000, 3000, 3000, 3000}), [] {
-                               StepShape s = decodes_at({2000});
-                               s.add_prefill(200, 1000);
-                               return s;
-                             }()}) {
+  auto mixed = [](std::initializer_list<int64_t> decodes, int64_t n, int64_t depth) {
+    StepShape s = decodes_at(decodes);
+    s.add_prefill(n, depth);
+    return s;
+  };
+  // A chunk added to batched decodes costs its tokens only: the GEMM's fixed cost is paid by
+  // the decodes already, and the model does not charge it twice.
+  for (const StepShape& s : {decodes_at({100}), decodes_at({3000, 3000, 3000, 3000}),
+                             mixed({2000}, 200, 1000), mixed({500, 500, 500, 500}, 16, 1000)}) {
     EXPECT_NEAR(m.predict_ms(s) / truth(s), 1.0, 0.1) << s.decode_tokens << " " << s.prefill_tokens;
   }
   for (double c : m.per_unit()) EXPECT_GE(c, 0);

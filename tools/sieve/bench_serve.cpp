@@ -123,7 +123,7 @@ class ServeBench {
     return h;
   }
   std::string find_model();
-  json prompt_for(int32_t point, int32_t n_tokens, int64_t index) const;
+  json prompt_for(int32_t point, int32_t clients, int32_t n_tokens, int64_t index) const;
   RequestResult request(const json& prompt, int32_t max_tokens) const;
   PointResult run_point(int32_t point, int32_t clients, int32_t n_prompt);
   void print_row(const PointResult& p) const;
@@ -156,9 +156,13 @@ std::string ServeBench::find_model() {
   return "default";
 }
 
-json ServeBench::prompt_for(int32_t point, int32_t n_tokens, int64_t index) const {
-  std::seed_seq seq{static_cast<uint32_t>(o_.seed), static_cast<uint32_t>(o_.seed >> 32),
-                    static_cast<uint32_t>(point), static_cast<uint32_t>(index)};
+// Random ids from a seed of (--seed, the point, its shape, the request): points of separate
+// runs against one server (e.g. 1 x 4K, then 4 x 4K) never share a prompt, so no server's
+// prefix cache serves one point with another's prompts.
+json ServeBench::prompt_for(int32_t point, int32_t clients, int32_t n_tokens, int64_t index) const {
+  std::seed_seq seq{static_cast<uint32_t>(o_.seed),  static_cast<uint32_t>(o_.seed >> 32),
+                    static_cast<uint32_t>(point),    static_cast<uint32_t>(clients),
+                    static_cast<uint32_t>(n_tokens), static_cast<uint32_t>(index)};
   std::mt19937_64 rng(seq);
   if (!docs_.empty()) {
     // A document, cut to about 4 bytes per token of the point's length.
@@ -289,7 +293,7 @@ PointResult ServeBench::run_point(int32_t point, int32_t clients, int32_t n_prom
   // Prompts are built before the clock starts (a 4K-token JSON array is not free).
   std::vector<json> prompts(static_cast<size_t>(n_requests));
   for (int64_t i = 0; i < n_requests; ++i)
-    prompts[static_cast<size_t>(i)] = prompt_for(point, n_prompt, i);
+    prompts[static_cast<size_t>(i)] = prompt_for(point, clients, n_prompt, i);
   std::atomic<int64_t> next{0};
   std::atomic<int32_t> finished_workers{0};
   const auto t0 = Clock::now();
@@ -426,7 +430,7 @@ int ServeBench::run() {
   if (o_.model.empty()) o_.model = find_model();
   std::signal(SIGINT, on_sigint);
   for (int32_t i = 0; i < o_.warmup && !g_stop.load(); ++i) {
-    const RequestResult r = request(prompt_for(-1, 16, i), 4);
+    const RequestResult r = request(prompt_for(-1, 0, 16, i), 4);
     if (!r.ok) std::fprintf(stderr, "bench serve: warm-up request failed: %s\n", r.error.c_str());
   }
   std::printf("sieve bench serve: %s, model %s, %d output tokens, %s\n\n", o_.url.c_str(),

@@ -146,7 +146,7 @@ std::vector<int64_t> thread_counts() {
 }
 
 BENCHMARK(smollm2_forward_matmuls)
-    ->ArgsProduct({{1, 512}, thread_counts()})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32, 64, 512}, thread_counts()})
     ->ArgNames({"m", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -79,7 +79,9 @@ Result<KvGeometry> make_kv_geometry(const KvConfig& c) {
   }
 
   g.kv_row_bytes = int64_t{g.n_head} * g.head_dim * kv_dtype_size(g.dtype);
-  g.token_bytes = 2 * g.kv_row_bytes + int64_t{g.n_head} * g.sketch_dim * 4 +
+  // sketch keys: f32 rows in host memory, bf16 beside the device pages (the CUDA runner)
+  const int64_t sketch_value_bytes = g.host_rows ? 4 : 2;
+  g.token_bytes = 2 * g.kv_row_bytes + int64_t{g.n_head} * g.sketch_dim * sketch_value_bytes +
                   int64_t{g.n_token_scores} * 4 + 4 /* position */;
   g.page_bytes = g.token_bytes * g.page_size;
   if (c.budget_bytes < g.page_bytes)

@@ -11,7 +11,7 @@
 #
 #   SIEVE=... LLAMA_BIN=... [MODEL=...] scripts/gpu_serve_bench.sh OUT_DIR
 # Env: CLIENTS="1 8 32", PROMPTS="8192 32768", MAX_TOKENS=64, DEPTHS="8192,32768", SKIP_SERVE=1,
-#      SKIP_DECODE=1, SKIP_LLAMA=1
+#      SKIP_DECODE=1, SKIP_LLAMA=1, SIEVE_EXTRA="--max-step-ms 8" (more `sieve serve` flags)
 set -uo pipefail
 OUT_DIR=${1:?usage: scripts/gpu_serve_bench.sh OUT_DIR}
 mkdir -p "$OUT_DIR"
@@ -65,7 +65,7 @@ if [ -z "${SKIP_SERVE:-}" ]; then
         [ "$server" = llama ] && { [ -n "${SKIP_LLAMA:-}" ] || [ -z "$LLAMA_BIN" ]; } && continue
         if [ "$server" = sieve ]; then
           "$SIEVE" serve --backend cuda --policy dense -m "$MODEL" --port $PORT -c $ctx --max-running "$clients" \
-            --no-prefix-cache > "$OUT_DIR/srv_${server}_${clients}x${prompt}.log" 2>&1 &
+            --no-prefix-cache ${SIEVE_EXTRA:-} > "$OUT_DIR/srv_${server}_${clients}x${prompt}.log" 2>&1 &
         else
           "$LLAMA_BIN/llama-server" -m "$MODEL" --port $PORT -ngl 99 -fa on -np "$clients" \
             -c $((ctx * clients)) --no-cache-prompt > "$OUT_DIR/srv_${server}_${clients}x${prompt}.log" 2>&1 &

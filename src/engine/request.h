@@ -26,7 +26,13 @@ struct RequestParams {
   bool logprobs = false;          // log-probability of each generated token
   int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
   PolicyPtr policy;               // sparse attention policy; nullptr: the engine's default
-  int32_t priority = 0;           // lower runs first (admission, prefill order); ties: arrival
+  // The policy the prompt is prefilled with, when not `policy` (sieve bench --dense-prefill:
+  // a UniPrefill prefill before dense decode); nullptr: `policy`.
+  PolicyPtr prefill_policy;
+  // Called on the engine's thread after each prefill chunk: (prompt tokens in the KV, prompt
+  // tokens). A progress line; must not block.
+  std::function<void(int64_t, int64_t)> on_prefill;
+  int32_t priority = 0;  // lower runs first (admission, prefill order); ties: arrival
 };
 
 struct TokenLogprob {
@@ -52,6 +58,8 @@ struct RequestEvent {
   double queue_ms = 0;  // submit -> first admission (KV reserved, prefill may start)
   int32_t n_preempted = 0;
   std::string policy;  // the policy that ran (PolicyConfig::describe())
+  // The sparse policy's statistics so far (a token event: the decode policy's; the final
+  // event: the request's totals, a prefill_policy's included).
   SparseStats sparse;
 };
 

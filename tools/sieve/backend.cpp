@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #ifdef SIEVE_HAVE_CUDA
-#include "engine/engine_generate.h"
 #include "gpu/cuda_runner.h"
 #endif
 
@@ -30,56 +29,45 @@ RunnerFactory runner_factory_for(const std::string& backend, double mem_fraction
 #endif
 }
 
-#ifdef SIEVE_HAVE_CUDA
-struct GpuRunner::Impl {
-  const Model* model = nullptr;
-  std::unique_ptr<Engine> engine;
-  const CudaRunner* runner = nullptr;
-};
-
-GpuRunner::GpuRunner(const Model& model, int32_t n_ctx, const Options& opt)
-    : impl_(std::make_unique<Impl>()) {
-  if (!gpu_available())
-    throw UserError("--backend cuda: no CUDA device is visible (use --backend cpu)");
-  impl_->model = &model;
-  EngineConfig ec;
-  ec.n_ctx = n_ctx;
-  ec.max_running = 1;
-  ec.max_batch_tokens = 512;
-  ec.prefix_cache = opt.prefix_cache;
-  ec.max_step_ms = 0;  // one request at a time: steps sized by tokens, as measured
-  CudaRunner::Options ro;
-  ro.mem_fraction = opt.mem_fraction;
-  ec.runner_factory = cuda_runner_factory(ro);
-  auto e = Engine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), ec);
-  if (!e) throw UserError(e.message());
-  impl_->engine = std::move(e.value());
-  impl_->runner = static_cast<const CudaRunner*>(impl_->engine->runner());
+std::unique_ptr<SequenceEngine> make_sequence_engine(const Model& model, const std::string& backend,
+                                                     const SequenceEngineOptions& opt) {
+  SequenceEngineConfig sc;
+  sc.n_ctx = opt.n_ctx;
+  sc.prefix_cache = opt.prefix_cache;
+  sc.pool = opt.pool;
+  sc.runner_factory = runner_factory_for(backend, opt.mem_fraction);
+  auto se = SequenceEngine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), sc);
+  if (!se) throw UserError(se.message());
+  return std::move(*se);
 }
-GpuRunner::~GpuRunner() = default;
 
-GenerateStats GpuRunner::generate(std::span<const int32_t> prompt, const GenerateOptions& g,
-                                  const std::function<bool(int32_t)>& on_token) {
-  auto r = generate_with_engine(*impl_->engine, prompt, g, on_token);
+GenerateStats generate_or_throw(SequenceEngine& se, std::span<const int32_t> prompt,
+                                const GenerateOptions& g,
+                                const std::function<bool(int32_t)>& on_token) {
+  auto r = se.generate(prompt, g, on_token);
   if (!r) throw UserError(r.message());
-  GenerateStats st = *r;
-  const KvStats ks = impl_->engine->kv_stats();
-  st.kv_bytes_per_token_full = ks.bytes_per_token_full;
-  st.n_layers_full = ks.n_stream_full;
-  st.n_layers_window = ks.n_stream_window;
-  return st;
+  return *r;
 }
 
-std::string GpuRunner::device() const {
-  return fmt::format("{}, {:.2f} GiB of bf16 weights, {:.2f} GiB of KV pages",
-                     impl_->runner->device_name(), impl_->runner->weight_bytes() / 1073741824.0,
-                     impl_->runner->kv_pool_bytes() / 1073741824.0);
+std::string device_of(SequenceEngine& se) {
+#ifdef SIEVE_HAVE_CUDA
+  if (se.engine() && se.engine()->backend() == "cuda") {
+    const auto* r = static_cast<const CudaRunner*>(se.engine()->runner());
+    return fmt::format("{}, {:.2f} GiB of bf16 weights, {:.2f} GiB of KV pages", r->device_name(),
+                       r->weight_bytes() / 1073741824.0, r->kv_pool_bytes() / 1073741824.0);
+  }
+#else
+  (void)se;
+#endif
+  return "cpu";
 }
+
 namespace {
+// sieve eval --backend cuda: one engine (the weights uploaded once) for every sample.
 class GpuEvalRunner final : public eval::Runner_i {
  public:
   GpuEvalRunner(const Model& model, int32_t n_ctx)
-      : model_(model), gpu_(model, n_ctx, {}), n_ctx_(n_ctx) {}
+      : model_(model), se_(make_sequence_engine(model, "cuda", {n_ctx})), n_ctx_(n_ctx) {}
   std::string backend() const override { return "cuda"; }
   Result<eval::Completion> complete(const eval::CompletionRequest& r) override {
     SIEVE_TRY(eval::check_request(r, n_ctx_));
@@ -89,44 +77,28 @@ class GpuEvalRunner final : public eval::Runner_i {
     g.policy = r.policy;
     std::vector<int32_t> out;
     std::string text;
-    GenerateStats st;
-    try {
-      st = gpu_.generate(r.tokens, g, [&](int32_t t) {
-        out.push_back(t);
-        return eval::answer_continues(model_, r, text, t);
-      });
-    } catch (const UserError& e) {
-      return make_error("{}", e.what());
-    }
-    return eval::completion_of(model_, r, out, st);
+    auto st = se_->generate(r.tokens, g, [&](int32_t t) {
+      out.push_back(t);
+      return eval::answer_continues(model_, r, text, t);
+    });
+    if (!st) return st.error();
+    return eval::completion_of(model_, r, out, *st);
   }
 
  private:
   const Model& model_;
-  GpuRunner gpu_;
+  std::unique_ptr<SequenceEngine> se_;
   int32_t n_ctx_;
 };
 }  // namespace
 
 std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model& model, int32_t n_ctx) {
-  return std::make_unique<GpuEvalRunner>(model, n_ctx);
-}
+#ifndef SIEVE_HAVE_CUDA
+  (void)model, (void)n_ctx;
+  throw UserError(k_no_cuda_error);
 #else
-std::unique_ptr<eval::Runner_i> make_gpu_eval_runner(const Model&, int32_t) {
-  throw UserError(k_no_cuda_error);
-}
-struct GpuRunner::Impl {};
-GpuRunner::GpuRunner(const Model&, int32_t, const Options&) {
-  throw UserError(k_no_cuda_error);
-}
-GpuRunner::~GpuRunner() = default;
-GenerateStats GpuRunner::generate(std::span<const int32_t>, const GenerateOptions&,
-                                  const std::function<bool(int32_t)>&) {
-  return {};
-}
-std::string GpuRunner::device() const {
-  return "cuda";
-}
+  return std::make_unique<GpuEvalRunner>(model, n_ctx);
 #endif
+}
 
 }  // namespace sieve::cli

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "engine/generate.h"
+#include "engine/prompt_logits.h"
 #include "gguf/test_models.h"
 
 namespace sieve {
@@ -23,15 +23,14 @@ TEST(Forward, PromptLogitsDoNotDependOnTheChunkSplit) {
   std::vector<int32_t> prompt = model.tokenizer->encode(text, true, false);
   prompt.resize(std::min<size_t>(prompt.size(), 600));  // > kAttnSegment: decode splits
   ThreadPool pool(2);
-  Generator gen(model, pool, 1024);
-  auto a = gen.prompt_logits(prompt, 512);
+  auto a = prompt_logits(model, pool, prompt, 512);
   ASSERT_TRUE(a.ok());
   const int V = model.hp.n_vocab;
   // A chunk of one token takes the split-K decode path; it merges the same segments in the
   // same order.
   for (int chunk : {304, 97, 1}) {
     if (chunk == 1 && std::getenv("SIEVE_TEST_SHORT")) continue;
-    auto b = gen.prompt_logits(prompt, chunk);
+    auto b = prompt_logits(model, pool, prompt, chunk);
     ASSERT_TRUE(b.ok());
     ASSERT_EQ(a->size(), b->size());
     for (size_t r = 0; r < prompt.size(); ++r) {

@@ -60,7 +60,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   auto store = KvStore::create(kc);
   if (!store) return store.error();
   e->kv_ = std::make_unique<KvStore>(std::move(store.value()));
-  e->pool_ = std::make_unique<ThreadPool>(cfg.threads > 0 ? cfg.threads : hardware_threads());
+  e->pool_ = cfg.pool;
+  if (!e->pool_) {
+    e->own_pool_ = std::make_unique<ThreadPool>(cfg.threads > 0 ? cfg.threads : hardware_threads());
+    e->pool_ = e->own_pool_.get();
+  }
   SchedulerConfig sc;
   sc.max_batch_tokens = e->cfg_.max_batch_tokens;
   sc.prefill_chunk = e->cfg_.max_batch_tokens;
@@ -69,12 +73,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   sc.n_ctx = e->cfg_.n_ctx;
   sc.default_policy = e->cfg_.default_policy;
   sc.layout = layout;
-  if (e->runner_) {
+  if (e->runner_)
     SIEVE_TRY(e->runner_->attach(*e->kv_));
-    e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->runner_, *e->kv_, sc, e->sketch_.get());
-  } else {
-    e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->pool_, *e->kv_, sc, e->sketch_.get());
-  }
+  else
+    e->runner_ = std::make_unique<Forward>(*e->model_, *e->pool_, *e->kv_, e->sketch_.get());
+  e->sched_ = std::make_unique<Scheduler>(*e->model_, *e->runner_, *e->kv_, sc, e->sketch_.get());
   e->kv_snapshot_ = e->kv_->stats();
   e->thread_ = std::thread([p = e.get()] { p->loop(); });
   return e;

@@ -21,7 +21,10 @@ namespace sieve {
 
 struct EngineConfig {
   std::string model_path;
-  int32_t threads = 0;             // 0: all hardware threads
+  int32_t threads = 0;  // 0: all hardware threads
+  // The CPU runner's threads, borrowed (it must outlive the engine and run no other job while
+  // the engine steps); nullptr: the engine makes a pool of `threads`.
+  ThreadPool* pool = nullptr;
   int32_t n_ctx = 0;               // per-request context; 0: the model's trained context
   int32_t max_running = 8;         // sequences decoded together
   int32_t max_batch_tokens = 512;  // tokens per step
@@ -63,10 +66,14 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   // The runner's backend ("cpu" or "cuda").
   std::string_view backend() const { return runner_ ? runner_->backend() : "cpu"; }
-  // The runner itself (stats of a backend); nullptr for the CPU runner the scheduler owns.
+  // The runner itself (stats of a backend; the CPU runner is a Forward). Touch it only while
+  // no request is queued or running: the engine's thread steps it.
   const ModelRunner* runner() const { return runner_.get(); }
+  ModelRunner* runner() { return runner_.get(); }
   SchedulerStats stats() const;
   KvStats kv_stats() const;
+  // The store's shape (fixed at create).
+  const KvGeometry& kv_geometry() const { return kv_->geometry(); }
 
  private:
   Engine() = default;
@@ -74,7 +81,8 @@ class Engine {
 
   EngineConfig cfg_;
   std::shared_ptr<const Model> model_;
-  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
   std::unique_ptr<SketchProjection> sketch_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<ModelRunner> runner_;

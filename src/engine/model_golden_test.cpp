@@ -19,7 +19,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generate.h"
+#include "engine/engine_generate.h"
+#include "engine/prompt_logits.h"
 #include "gguf/test_models.h"
 
 namespace sieve {
@@ -81,7 +82,12 @@ void check_golden(const std::string& model_name, const std::string& fixture,
   }
   const Model& model = **m;
   ThreadPool pool(2);
-  Generator gen(model, pool, 4096);
+  // The greedy continuations go through the engine: the loop of `sieve run`.
+  SequenceEngineConfig sc;
+  sc.n_ctx = 4096;
+  sc.pool = &pool;
+  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), sc);
+  ASSERT_TRUE(gen.ok()) << gen.message();
 
   int64_t n_pos = 0, n_agree = 0, n_decisive = 0, n_decisive_agree = 0;
   double err_sum = 0;
@@ -97,7 +103,7 @@ void check_golden(const std::string& model_name, const std::string& fixture,
         ids)
         << p["label"];
 
-    auto lg = gen.prompt_logits(ids, 512);
+    auto lg = prompt_logits(model, pool, ids, 512);
     ASSERT_TRUE(lg.ok()) << lg.message();
     const int64_t V = model.hp.n_vocab;
     float p_max = 0;
@@ -136,7 +142,7 @@ void check_golden(const std::string& model_name, const std::string& fixture,
     opt.sampling.temperature = 0;
     opt.stop_at_eog = false;
     std::vector<int32_t> got;
-    auto st = gen.generate(ids, opt, [&](int32_t t) {
+    auto st = (*gen)->generate(ids, opt, [&](int32_t t) {
       got.push_back(t);
       return true;
     });

@@ -26,6 +26,7 @@ struct RequestParams {
   std::vector<std::string> stop;  // stop strings (may span tokens; never emitted)
   bool logprobs = false;          // log-probability of each generated token
   int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
+<<<<<<< HEAD
   // Log-probability of every prompt token after the first (with n_logprobs alternatives), as
   // OpenAI's echo reports them. The prompt is then computed whole: no prefix-cache hits.
   bool prompt_logprobs = false;
@@ -37,6 +38,16 @@ struct RequestParams {
   // so that all of them decode over one prefill: decode speed does not depend on the values
   // the keys hold.
   std::optional<std::string> cache_salt;
+=======
+  PolicyPtr policy;  // sparse attention policy; nullptr: the engine's default
+  // The policy the prompt is prefilled with, when not `policy` (sieve bench --dense-prefill:
+  // a UniPrefill prefill before dense decode); nullptr: `policy`.
+  PolicyPtr prefill_policy;
+  // Called on the engine's thread after each prefill chunk: (prompt tokens in the KV, prompt
+  // tokens). A progress line; must not block.
+  std::function<void(int64_t, int64_t)> on_prefill;
+  int32_t priority = 0;  // lower runs first (admission, prefill order); ties: arrival
+>>>>>>> loop
 };
 
 struct TokenLogprob {
@@ -71,6 +82,8 @@ struct RequestEvent {
   double queue_ms = 0;  // submit -> first admission (KV reserved, prefill may start)
   int32_t n_preempted = 0;
   std::string policy;  // the policy that ran (PolicyConfig::describe())
+  // The sparse policy's statistics so far (a token event: the decode policy's; the final
+  // event: the request's totals, a prefill_policy's included).
   SparseStats sparse;
 };
 

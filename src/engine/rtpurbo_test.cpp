@@ -11,9 +11,9 @@
 #include <mutex>
 
 #include "engine/engine.h"
+#include "engine/engine_generate.h"
 #include "engine/engine_test_util.h"
 #include "engine/forward.h"
-#include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/sparse_seq.h"
 #include "sparse/head_plan.h"

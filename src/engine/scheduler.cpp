@@ -40,8 +40,10 @@ struct Scheduler::Req {
   int32_t n_preempted = 0;
   std::string held;     // generated text not yet released (stop-string prefix, UTF-8 tail)
   PolicyConfig policy;  // resolved (auto -> a preset) at submit
-  std::unique_ptr<SparseSeq> sparse;  // nullptr for dense; rebuilt at every admission
-  int64_t kv_bytes = 0;               // KV held at the last step
+  std::unique_ptr<SparseSeq> sparse;          // nullptr for dense; rebuilt at every admission
+  PolicyConfig prefill_policy;                // p.prefill_policy resolved (when set)
+  std::unique_ptr<SparseSeq> prefill_sparse;  // its state, for the prompt's chunks
+  int64_t kv_bytes = 0;                       // KV held at the last step
   std::chrono::steady_clock::time_point t_submit;
   double ttft_ms = 0;
   double queue_ms = 0;                   // submit -> first admission
@@ -156,6 +158,10 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
                                                     : *make_policy("auto");
     r->policy = resolve_auto(base, r->n_prompt);
     if (Status st = check_policy(r->policy); !st) err = st.message();
+    if (err.empty() && r->p.prefill_policy) {
+      r->prefill_policy = resolve_auto(*r->p.prefill_policy, r->n_prompt);
+      if (Status st = check_policy(r->prefill_policy); !st) err = st.message();
+    }
   }
   if (err.empty()) {
     for (int32_t t : r->p.prompt) {
@@ -213,6 +219,7 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.n_preempted = r.n_preempted;
   ev.policy = r.policy.describe();
   if (r.sparse) ev.sparse = r.sparse->stats;
+  if (r.prefill_sparse) ev.sparse.add(r.prefill_sparse->stats);
   ev.sparse.kv_bytes_held = r.kv_bytes;
   if (reason == FinishReason::cancelled)
     stats_.cancelled++;
@@ -306,6 +313,12 @@ void Scheduler::admit() {
       r.sparse->stats = kept;  // a preempted request keeps counting
       r.sparse->prompt_tokens = r.n_prompt;
     }
+    if (r.p.prefill_policy && !r.prefill_policy.is_dense()) {
+      SparseStats kept = r.prefill_sparse ? r.prefill_sparse->stats : SparseStats{};
+      r.prefill_sparse = std::make_unique<SparseSeq>(r.prefill_policy, model_.hp);
+      r.prefill_sparse->stats = kept;
+      r.prefill_sparse->prompt_tokens = r.n_prompt;
+    }
     if (!r.admitted_once) {
       r.queue_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.t_submit)
@@ -325,6 +338,7 @@ void Scheduler::emit_token(Req& r, int32_t tok, const float* logits) {
   RequestEvent ev;
   ev.id = r.id;
   ev.token = tok;
+  if (r.sparse) ev.sparse = r.sparse->stats;
   if (r.p.logprobs || r.p.n_logprobs > 0) {
     PromptLogprob lp = token_logprobs(logits, model_.hp.n_vocab, tok, r.p.n_logprobs);
     ev.logprob = lp.logprob;
@@ -435,8 +449,9 @@ bool Scheduler::step() {
     // A UniPrefill prompt goes in one chunk of up to up_chunk tokens (its importance comes
     // from the prompt's last tokens): it may overrun this step's budgets, and the decodes
     // planned before it still ride along.
-    if (r.sparse && r.sparse->policy().drops_prefill())
-      slot.fixed = prefill_chunk_for(r.sparse->policy(), r.n_prompt, cfg_.prefill_chunk);
+    const SparseSeq* pre = r.p.prefill_policy ? r.prefill_sparse.get() : r.sparse.get();
+    if (pre && pre->policy().drops_prefill())
+      slot.fixed = prefill_chunk_for(pre->policy(), r.n_prompt, cfg_.prefill_chunk);
     slots.push_back(slot);
     slot_req.push_back(&r);
   }
@@ -494,8 +509,15 @@ bool Scheduler::step() {
   const auto t_step = std::chrono::steady_clock::now();
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
+<<<<<<< HEAD
     batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n),
                      it.r->scoring_prompt(), it.r->sparse.get()});
+=======
+    SparseSeq* sp = it.r->p.prefill_policy && it.begin < it.r->n_prompt ? it.r->prefill_sparse.get()
+                                                                        : it.r->sparse.get();
+    batch.push_back(
+        {it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false, sp});
+>>>>>>> loop
   }
   Status s = runner_.run(batch, logits_);
   stats_.steps++;
@@ -529,6 +551,8 @@ bool Scheduler::step() {
     }
     r.kv_bytes = kv_bytes_held(kv_, r.seq, r.sparse.get());
     (void)kv_.publish(r.seq);
+    if (r.p.on_prefill && items[i].begin < r.n_prompt)
+      r.p.on_prefill(std::min(items[i].begin + items[i].n, r.n_prompt), r.n_prompt);
     if (items[i].begin + items[i].n < static_cast<int32_t>(r.tokens.size()))
       continue;                 // more prompt
     if (r.cancelled) continue;  // reaped next step

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "engine/engine.h"
+#include "engine/engine_generate.h"
 #include "engine/engine_test_util.h"
-#include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/scheduler.h"
 #include "gguf/test_models.h"

@@ -1,6 +1,6 @@
 // Per-sequence state of a sparse attention policy: the resolved policy, the selection cache
 // and eviction importance of every layer, Quest block bounds, and the request's statistics.
-// Owned next to the sequence (Generator, Scheduler request); Forward reads and updates it
+// Owned next to the sequence (the scheduler's request); Forward reads and updates it
 // through BatchEntry::sparse, and sparse_after_step() applies evictions between steps.
 #pragma once
 

@@ -11,9 +11,9 @@
 
 #include "backend/cpu/attention.h"
 #include "engine/engine.h"
+#include "engine/engine_generate.h"
 #include "engine/engine_test_util.h"
 #include "engine/forward.h"
-#include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
@@ -441,14 +441,18 @@ TEST(Sparse, MixedPoliciesInOneBatchEqualSingleRuns) {
   for (size_t i = 0; i < policies.size(); ++i) {
     auto pr = long_prompt(*m, n_prompt + static_cast<int>(i) * 7);
     prompts.push_back(pr);
-    Generator gen(*m, pool, 1024);
+    SequenceEngineConfig sc;
+    sc.n_ctx = 1024;
+    sc.pool = &pool;
+    auto gen = SequenceEngine::create(m, sc);
+    ASSERT_TRUE(gen.ok()) << gen.message();
     GenerateOptions g;
     g.n_predict = n_gen;
     g.n_batch = 4096;
     g.stop_at_eog = false;
     g.policy = policies[i];
     std::vector<int32_t> out;
-    auto st = gen.generate(pr, g, [&](int32_t t) {
+    auto st = (*gen)->generate(pr, g, [&](int32_t t) {
       out.push_back(t);
       return true;
     });

@@ -1,7 +1,7 @@
-// The in-process runner: sieve::Generator with greedy sampling, one sample at a time.
+// The in-process runner: the engine on the CPU runner, one sample at a time, greedy.
 #include <cctype>
 
-#include "engine/generate.h"
+#include "engine/engine_generate.h"
 #include "eval/runner.h"
 
 namespace sieve::eval {
@@ -16,14 +16,21 @@ class LocalRunner final : public Runner_i {
 
   Result<Completion> complete(const CompletionRequest& r) override {
     SIEVE_TRY(check_request(r, opt_.n_ctx));
-    // The Generator keeps its KV store (and so its prefix cache) across calls of one policy
-    // when that cannot change results; otherwise every request gets a fresh one.
+    // The engine keeps its KV store (and so its prefix cache) across calls of one policy when
+    // that cannot change results; otherwise every request gets a fresh one.
     const std::string label = policy_label(r.policy);
     const bool reuse =
         opt_.prefix_cache && label == gen_policy_ && policy_allows_prefix_reuse(r.policy);
     if (!gen_ || !reuse) {
       gen_.reset();  // free the old store before the new one is allocated
-      gen_ = std::make_unique<Generator>(model_, pool_, opt_.n_ctx);
+      SequenceEngineConfig sc;
+      sc.n_ctx = opt_.n_ctx;
+      sc.n_batch = opt_.n_batch;
+      sc.pool = &pool_;
+      auto e =
+          SequenceEngine::create(std::shared_ptr<const Model>(&model_, [](const Model*) {}), sc);
+      if (!e) return e.error();
+      gen_ = std::move(*e);
       gen_policy_ = label;
     }
     GenerateOptions g;
@@ -51,7 +58,7 @@ class LocalRunner final : public Runner_i {
   const Model& model_;
   ThreadPool& pool_;
   LocalRunnerOptions opt_;
-  std::unique_ptr<Generator> gen_;
+  std::unique_ptr<SequenceEngine> gen_;
   std::string gen_policy_;  // the policy label gen_'s store was filled under
 };
 

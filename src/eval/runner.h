@@ -11,7 +11,7 @@
 
 #include "core/result.h"
 #include "core/thread_pool.h"
-#include "engine/generate.h"
+#include "engine/engine_generate.h"
 #include "eval/policies.h"
 #include "model/model.h"
 
@@ -76,11 +76,11 @@ bool answer_continues(const Model& model, const CompletionRequest& r, std::strin
 Completion completion_of(const Model& model, const CompletionRequest& r,
                          std::span<const int32_t> out, const GenerateStats& st);
 
-// Greedy decoding in this process through sieve::Generator, with the request's policy. With
-// prefix_cache the Generator (and its paged KV store) lives across samples of one policy, so
-// a prompt that starts like the previous ones prefills only from the first uncached page;
-// without it, at a change of policy, and for policies that do not allow it
-// (policy_allows_prefix_reuse), each sample starts cold.
+// Greedy decoding in this process through the engine (SequenceEngine on the CPU runner), with
+// the request's policy. With prefix_cache the engine (and its paged KV store) lives across
+// samples of one policy, so a prompt that starts like the previous ones prefills only from the
+// first uncached page; without it, at a change of policy, and for policies that do not allow
+// it (policy_allows_prefix_reuse), each sample starts cold.
 std::unique_ptr<Runner_i> make_local_runner(const Model& model, ThreadPool& pool,
                                             const LocalRunnerOptions& opt);
 

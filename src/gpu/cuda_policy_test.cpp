@@ -20,7 +20,6 @@
 #include "engine/engine.h"
 #include "engine/engine_generate.h"
 #include "engine/engine_test_util.h"
-#include "engine/generate.h"
 #include "engine/kv_binding.h"
 #include "engine/sampler.h"
 #include "engine/sparse_seq.h"
@@ -50,14 +49,19 @@ std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prom
       fmt::format("{}|{}|{}|{}", pol->describe(), prompt.size(), prompt.back(), n);
   if (auto it = memo.find(key); it != memo.end()) return it->second;
   ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 16u)));
-  Generator gen(m, pool, 4096);
+  SequenceEngineConfig sc;
+  sc.n_ctx = 4096;
+  sc.pool = &pool;
+  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
+  EXPECT_TRUE(gen.ok()) << gen.message();
+  if (!gen.ok()) return {};
   GenerateOptions g;
   g.n_predict = n;
   g.sampling.temperature = 0;
   g.stop_at_eog = false;
   g.policy = std::move(pol);
   std::vector<int32_t> out;
-  auto r = gen.generate(prompt, g, [&](int32_t t) {
+  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
     out.push_back(t);
     return true;
   });

@@ -14,8 +14,8 @@
 #include "engine/engine.h"
 #include "engine/engine_generate.h"
 #include "engine/engine_test_util.h"
-#include "engine/generate.h"
 #include "engine/kv_binding.h"
+#include "engine/prompt_logits.h"
 #include "engine/sampler.h"
 #include "gpu/cuda_runner.h"
 
@@ -42,14 +42,19 @@ PolicyPtr dense() {
 std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
                                 PolicyPtr policy) {
   ThreadPool pool(2);
-  Generator gen(m, pool, 4096);
+  SequenceEngineConfig sc;
+  sc.n_ctx = 4096;
+  sc.pool = &pool;
+  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
+  EXPECT_TRUE(gen.ok()) << gen.message();
+  if (!gen.ok()) return {};
   GenerateOptions g;
   g.n_predict = n;
   g.sampling.temperature = 0;
   g.stop_at_eog = false;
   g.policy = std::move(policy);
   std::vector<int32_t> out;
-  auto r = gen.generate(prompt, g, [&](int32_t t) {
+  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
     out.push_back(t);
     return true;
   });
@@ -107,8 +112,7 @@ TEST(CudaRunner, DenseLogitsMatchTheCpuAcrossChunksAndSteps) {
   REQUIRE_GPU_AND_MODEL();
   const std::vector<int32_t> prompt = test_long_prompt(*model, 700);  // chunks of 512 + 188
   ThreadPool pool(2);
-  Generator gen(*model, pool, 4096);
-  auto ref = gen.prompt_logits(prompt, 512);
+  auto ref = prompt_logits(*model, pool, prompt, 512);
   ASSERT_TRUE(ref.ok()) << ref.message();
   const int64_t V = model->hp.n_vocab;
   const std::vector<float> last(ref->end() - V, ref->end());
@@ -434,8 +438,7 @@ TEST(CudaRunner, QwenYarnLogitsAndGreedyMatchTheCpu) {
   ASSERT_TRUE(model->hp.rope_scaling.active());
   const std::vector<int32_t> prompt = test_long_prompt(*model, 1800);  // chunks 512 x 3 + 264
   ThreadPool pool(8);
-  Generator gen(*model, pool, 4096);
-  auto ref = gen.prompt_logits(prompt, 512);
+  auto ref = prompt_logits(*model, pool, prompt, 512);
   ASSERT_TRUE(ref.ok()) << ref.message();
   const int64_t V = model->hp.n_vocab;
   const std::vector<float> last(ref->end() - V, ref->end());

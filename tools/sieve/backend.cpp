@@ -34,6 +34,39 @@ RunnerFactory runner_factory_for(const std::string& backend, double mem_fraction
 #endif
 }
 
+std::unique_ptr<SequenceEngine> make_sequence_engine(const Model& model, const std::string& backend,
+                                                     const SequenceEngineOptions& opt) {
+  SequenceEngineConfig sc;
+  sc.n_ctx = opt.n_ctx;
+  sc.prefix_cache = opt.prefix_cache;
+  sc.pool = opt.pool;
+  sc.runner_factory = runner_factory_for(backend, opt.mem_fraction);
+  auto se = SequenceEngine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), sc);
+  if (!se) throw UserError(se.message());
+  return std::move(*se);
+}
+
+GenerateStats generate_or_throw(SequenceEngine& se, std::span<const int32_t> prompt,
+                                const GenerateOptions& g,
+                                const std::function<bool(int32_t)>& on_token) {
+  auto r = se.generate(prompt, g, on_token);
+  if (!r) throw UserError(r.message());
+  return *r;
+}
+
+std::string device_of(SequenceEngine& se) {
+#ifdef SIEVE_HAVE_CUDA
+  if (se.engine() && se.engine()->backend() == "cuda") {
+    const auto* r = static_cast<const CudaRunner*>(se.engine()->runner());
+    return fmt::format("{}, {:.2f} GiB of bf16 weights, {:.2f} GiB of KV pages", r->device_name(),
+                       r->weight_bytes() / 1073741824.0, r->kv_pool_bytes() / 1073741824.0);
+  }
+#else
+  (void)se;
+#endif
+  return "cpu";
+}
+
 #ifdef SIEVE_HAVE_CUDA
 struct GpuRunner::Impl {
   const Model* model = nullptr;

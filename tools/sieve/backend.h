@@ -1,5 +1,6 @@
-// --backend cpu|cuda for the commands that generate (run, bench): the CUDA path runs the
-// whole model on the GPU (src/gpu); a binary built without CUDA says so.
+// --backend cpu|cuda for the commands that generate (run, bench, eval): the same engine on the
+// CPU runner or the CUDA one, which runs the whole model on the GPU (src/gpu); a binary built
+// without CUDA says so.
 #pragma once
 
 #include <functional>
@@ -8,7 +9,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/engine_generate.h"
 #include "engine/model_runner.h"
 #include "eval/runner.h"
 #include "run_common.h"
@@ -27,8 +28,27 @@ inline constexpr const char* k_no_cuda_error =
     "--backend cuda: this sieve was built without CUDA (nvcc was not found at build time); use "
     "--backend cpu";
 
-// The model on the GPU behind the one engine (the CUDA runner under the scheduler), for the
-// commands that run one request at a time; the weights are uploaded once.
+// The engine that runs one request at a time (run, bench, analyze, eval) on --backend: the
+// CPU runner over `pool` (borrowed), or the model on the GPU (its weights uploaded once here).
+// n_ctx: the KV's tokens (SequenceEngineConfig). Errors (no device, a bad size) are UserErrors.
+struct SequenceEngineOptions {
+  int32_t n_ctx = 0;
+  ThreadPool* pool = nullptr;  // --backend cpu
+  bool prefix_cache = true;    // false: every request prefills its whole prompt (benchmarks)
+  double mem_fraction = 0.9;   // --backend cuda
+};
+std::unique_ptr<SequenceEngine> make_sequence_engine(const Model& model, const std::string& backend,
+                                                     const SequenceEngineOptions& opt);
+// Generates, the errors as UserErrors.
+GenerateStats generate_or_throw(SequenceEngine& se, std::span<const int32_t> prompt,
+                                const GenerateOptions& g,
+                                const std::function<bool(int32_t)>& on_token);
+// What runs it: "cpu", or "NVIDIA H200, 0.27 GiB of bf16 weights, ..." for the CUDA runner.
+std::string device_of(SequenceEngine& se);
+
+// The model on the GPU behind the one engine (the CUDA runner under the scheduler) for the
+// commands that run several requests at once through it (eval --concurrency, bench
+// --batch-seqs); the weights are uploaded once.
 class GpuRunner {
  public:
   struct Options {

@@ -11,7 +11,7 @@
 #include "command.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/engine_generate.h"
 #include "engine/kv_binding.h"
 
 namespace sieve::cli {
@@ -51,7 +51,11 @@ int run_engine_bench(const EngineBenchOptions& o) {
   // 1. A repeated prompt: the second prefill is served from the prefix cache.
   {
     ThreadPool pool(o.threads);
-    Generator gen(*model, pool, o.prefix_len + 16);
+    SequenceEngineConfig sc;
+    sc.n_ctx = o.prefix_len + 16;
+    sc.pool = &pool;
+    auto gen = SequenceEngine::create(model, sc);
+    if (!gen) throw UserError(gen.message());
     const std::vector<int32_t> prompt = make_prompt(*model, o.file, o.prefix_len, 0);
     GenerateOptions g;
     g.n_predict = 1;
@@ -59,7 +63,7 @@ int run_engine_bench(const EngineBenchOptions& o) {
     double ms[2] = {0, 0};
     int64_t cached[2] = {0, 0};
     for (int i = 0; i < 2; ++i) {
-      auto st = gen.generate(prompt, g, [](int32_t) { return true; });
+      auto st = (*gen)->generate(prompt, g, [](int32_t) { return true; });
       if (!st) throw UserError(st.message());
       ms[i] = st->prefill_ms;
       cached[i] = st->cached_tokens;

@@ -11,7 +11,6 @@
 #ifdef SIEVE_HAVE_CUDA
 #include <fmt/format.h>
 
-#include "engine/generate.h"
 #include "gpu/gpu_policy.h"
 #endif
 
@@ -23,7 +22,7 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
                    nlohmann::json& results, std::string& device) {
   int32_t max_len = 0;
   for (int32_t l : o.lengths) max_len = std::max(max_len, l);
-  const int32_t n_ctx = max_len + o.n_decode + 1;
+  const int32_t n_ctx = max_len + o.n_decode;  // the KV's tokens (the last one is not written)
   // Every (policy, length) is resolved and checked before the first runs, so a bad pair costs
   // no rows.
   struct Row {
@@ -45,10 +44,11 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
   }
   // One engine for every row: the weights are uploaded once; no prefix cache, so every
   // repetition prefills its whole prompt.
-  GpuRunner::Options go;
-  go.prefix_cache = false;
-  GpuRunner gpu(model, n_ctx, go);
-  device = gpu.device();
+  SequenceEngineOptions so;
+  so.n_ctx = n_ctx;
+  so.prefix_cache = false;
+  auto gpu = make_sequence_engine(model, "cuda", so);
+  device = device_of(*gpu);
   for (const auto& [len, resolved, gp] : rows) {
     std::vector<double> pf, dc;
     GenerateStats last;
@@ -58,7 +58,8 @@ void run_gpu_bench(const Model& model, const std::vector<int32_t>& prompt,
     g.sampling.temperature = 0.0f;
     g.policy = std::make_shared<const PolicyConfig>(resolved);
     for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {
-      last = gpu.generate(std::span(prompt.data(), len), g, [](int32_t) { return true; });
+      last =
+          generate_or_throw(*gpu, std::span(prompt.data(), len), g, [](int32_t) { return true; });
       if (rep <= 0) continue;
       pf.push_back(len / (last.prefill_ms / 1000.0));
       dc.push_back(o.n_decode / (last.decode_ms / 1000.0));

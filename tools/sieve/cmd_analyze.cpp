@@ -17,6 +17,7 @@
 #include "backend/cpu/ops.h"
 #include "command.h"
 #include "core/log.h"
+#include "engine/engine_generate.h"
 #include "engine/forward.h"
 #include "engine/kv_binding.h"
 #include "engine/sparse_seq.h"
@@ -500,10 +501,21 @@ int analyze(const AnalyzeOptions& o) {
   one_layer.layer_kind.assign(1, LayerKind::full);
   const int64_t kv_bytes = kv_budget_bytes(hp, plan.n_total, 1, 16) +
                            n_sliding * kv_budget_bytes(one_layer, o.chunk + 32, 1, 16);
-  auto store = KvStore::create(kv_config_for(hp, kv_bytes, 16, "analyze"));
-  if (!store) throw UserError(store.message());
-  KvStore& kv = store.value();
-  Forward fwd(model, *lm.pool, kv);
+  // The prompt and the greedy decode go through the engine (one sequence, dense, chunks of
+  // --chunk), its CPU runner's attention watched by the analyzer; the last token generated is
+  // never written, so the n_decode decode steps see every decode query.
+  EngineConfig ec;
+  ec.n_ctx = plan.n_total + 1;
+  ec.max_running = 1;
+  ec.max_batch_tokens = o.chunk;
+  ec.max_step_ms = 0;
+  ec.kv_budget_bytes = kv_bytes;
+  ec.prefix_cache = false;
+  ec.sketch_keys = false;
+  ec.pool = lm.pool.get();
+  auto engine = Engine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), ec);
+  if (!engine) throw UserError(engine.message());
+  Forward& fwd = *static_cast<Forward*>((*engine)->runner());
   Analyzer an(hp, *lm.pool, plan, sketch, run);
   if (head_plan) {  // the retrieval mask of the analysed layers
     run.retrieval.assign(run.layers.size() * hp.n_head, 0);
@@ -513,36 +525,29 @@ int analyze(const AnalyzeOptions& o) {
     }
   }
   fwd.set_observer(&an);
-  auto added = kv.add_sequence({});
-  if (!added) throw UserError(added.message());
-  const KvSeqId seq = added->seq;
-  std::vector<float> logits;
-  auto step = [&](std::span<const int32_t> t) {
-    const KvAppend app{seq, t};
-    auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
-    if (!room || !room->fits()) throw UserError("the KV store has no room for the prompt");
-    const BatchEntry e{seq, t, false, nullptr};
-    if (Status st = fwd.run(std::span<const BatchEntry>(&e, 1), logits); !st)
-      throw UserError(st.message());
-  };
-
   const bool tty = isatty(2) && log_level() <= LogLevel::info;
-  auto t0 = Clock::now();
-  for (int32_t i = 0; i < n_prompt; i += o.chunk) {
-    const int32_t n = std::min(o.chunk, n_prompt - i);
-    step(std::span<const int32_t>(ids.data() + i, n));
-    if (tty) std::fprintf(stderr, "\ranalyze: prefill %d/%d tokens", i + n, n_prompt);
+  GenerateOptions g;
+  g.n_predict = o.n_decode + 1;  // the first token comes with the prefill
+  g.n_batch = o.chunk;
+  g.sampling.temperature = 0.0f;  // greedy
+  g.stop_at_eog = false;
+  g.policy = std::make_shared<const PolicyConfig>(*make_policy("dense"));
+  if (tty) {
+    g.on_prefill_progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\ranalyze: prefill %lld/%lld tokens", static_cast<long long>(done),
+                   static_cast<long long>(total));
+    };
   }
-  run.prefill_ms = ms_since(t0);
-  t0 = Clock::now();
-  std::vector<int32_t> gen;
-  for (int32_t g = 0; g < o.n_decode; ++g) {
-    gen.push_back(
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    step(std::span<const int32_t>(&gen.back(), 1));
-    if (tty) std::fprintf(stderr, "\ranalyze: decode %d/%d        ", g + 1, o.n_decode);
-  }
-  run.decode_ms = ms_since(t0);
+  int32_t n_gen = 0;
+  auto st = generate_with_engine(**engine, ids, g, [&](int32_t) {
+    if (tty && n_gen > 0)
+      std::fprintf(stderr, "\ranalyze: decode %d/%d        ", n_gen, o.n_decode);
+    ++n_gen;
+    return true;
+  });
+  if (!st) throw UserError(st.message());
+  run.prefill_ms = st->prefill_ms;
+  run.decode_ms = st->decode_ms;
   run.analysis_ms = an.busy_ms;
   if (tty) std::fprintf(stderr, "\r\033[K");
   fwd.set_observer(nullptr);

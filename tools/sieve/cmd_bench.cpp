@@ -5,10 +5,11 @@
 // greedy tokens right after that prompt, each a forward of one token; --warmup runs, then
 // the median of --reps runs. The prompt is token ids cycling through the vocabulary, or the
 // tokens of --file repeated to the length (real text, for sparse policies).
-// On the CPU every policy prefills its own copy of the prompt (each in its own KV store, all
-// held at once), then the policies decode in turns of --round tokens (default 64), so the
-// decode ratios compare steps that ran side by side rather than minutes apart on a machine
-// whose speed drifts.
+// Every row is one greedy request through the engine: the scheduler's loop, the one `sieve
+// run` and the server use. On the CPU every policy prefills its own copy of the prompt (each in its
+// own engine and KV store, all held at once), then the policies decode in turns of --round
+// tokens (default 64), so the decode ratios compare steps that ran side by side rather than
+// minutes apart on a machine whose speed drifts.
 // With --batch-seqs (on the GPU, or the CPU engine) decode is measured at depth instead
 // (bench_gpu_depth.h):
 // one prefill per length and policy, then batches of sequences sharing that prompt decode
@@ -18,8 +19,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "backend.h"
@@ -31,9 +34,9 @@
 #include "core/cpu_features.h"
 #include "core/log.h"
 #include "core/text_file.h"
+#include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/kv_binding.h"
-#include "engine/sampler.h"
 #include "engine/sparse_seq.h"
 #include "eval/eval_rng.h"
 #include "eval/policies.h"
@@ -75,32 +78,55 @@ struct BenchOptions {
   std::string rows_out;
 };
 
-void reserve_or_throw(KvStore& kv, KvSeqId seq, std::span<const int32_t> tokens) {
-  const KvAppend app{seq, tokens};
-  auto room = kv.reserve(std::span<const KvAppend>(&app, 1));
-  if (!room) throw UserError(room.message());
-  if (!room->fits()) throw UserError("bench: the KV store is too small (internal sizing error)");
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-// One policy's state in a CPU bench: its KV store (layout and sketch keys as the policy needs;
-// rtpurbo's layers without a retrieval head keep only sinks + window), forward pass, and the
-// current repetition's sequence; timings accumulate per length.
+// One policy's state in a CPU bench: its own engine (one running sequence; its KV store laid
+// out with the sketch keys the policy needs, rtpurbo's layers without a retrieval head keeping
+// only sinks + window), all sharing one thread pool; timings accumulate per length. Each
+// repetition is one greedy request of n_decode + 1 tokens (the first comes with the prefill).
+// The policies take turns: the request's token callback, on its engine's thread, holds the
+// engine after each turn until decode() grants the next, so only one engine steps at a time.
 class PolicyRun {
  public:
   PolicyRun(const Model& model, ThreadPool& pool, const PolicyPtr& policy,
             const PolicyPtr& dense_prefill, const BenchOptions& o, int32_t n_ctx)
-      : model_(model),
-        policy_(policy),
-        dense_prefill_(dense_prefill),
-        sketch_(sketch_spec_for(*policy, model.hp)),
-        layout_(kv_layout_for(policy.get(), model.hp)),
-        kv_(make_store(model, *policy, dense_prefill.get(), o, n_ctx, sketch_, layout_)),
-        fwd_(model, pool, kv_, &sketch_) {}
+      : policy_(policy), dense_prefill_(dense_prefill) {
+    EngineConfig ec;
+    ec.n_ctx = n_ctx + 1;  // the last token generated is never written to the KV
+    ec.max_running = 1;
+    ec.max_batch_tokens = o.n_batch;
+    ec.max_step_ms = 0;
+    ec.pool = &pool;
+    ec.prefix_cache = false;  // every repetition computes its prompt
+    ec.default_policy = policy;
+    ec.sketch_keys = false;
+    const SketchSpec sketch = sketch_spec_for(*policy, model.hp);
+    const std::vector<KvCapacity> layout = kv_layout_for(policy.get(), model.hp);
+    int64_t max_chunk = o.n_batch;
+    for (int32_t len : o.lengths) {
+      max_chunk = std::max<int64_t>(max_chunk,
+                                    prefill_chunk_for(resolve_auto(*policy, len), len, o.n_batch));
+      if (dense_prefill)
+        max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
+    }
+    ec.kv_budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, sketch.dim, max_chunk, &layout);
+    auto e = Engine::create(std::shared_ptr<const Model>(&model, [](const Model*) {}), ec);
+    if (!e) throw UserError(e.message());
+    engine_ = std::move(*e);
+    fwd_ = static_cast<const Forward*>(engine_->runner());
+  }
+
+  ~PolicyRun() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      abort_ = true;  // a parked request (an error elsewhere) runs to its end unheld
+    }
+    cv_.notify_all();
+    engine_.reset();
+  }
 
   void begin_length(int32_t len) {
     resolved_ = resolve_auto(*policy_, len);
@@ -108,61 +134,57 @@ class PolicyRun {
     dc_.clear();
   }
 
-  void prefill(const std::vector<int32_t>& prompt, int32_t len, int32_t n_batch) {
-    auto added = kv_.add_sequence({});
-    if (!added) throw UserError(added.message());
-    seq_ = added->seq;
-    sp_.reset();
-    pre_.reset();
-    if (!resolved_.is_dense()) sp_ = std::make_unique<SparseSeq>(resolved_, model_.hp);
-    if (resolved_.is_dense() && dense_prefill_)
-      pre_ = std::make_unique<SparseSeq>(*dense_prefill_, model_.hp);
-    for (SparseSeq* s : {sp_.get(), pre_.get()}) {
-      if (s) s->prompt_tokens = len;
+  void prefill(const std::vector<int32_t>& prompt, int32_t len, int32_t n_decode) {
+    RequestParams rp;
+    rp.prompt.assign(prompt.begin(), prompt.begin() + len);
+    rp.max_tokens = n_decode + 1;
+    rp.sampling.temperature = 0.0f;  // greedy
+    rp.stop_at_eog = false;
+    rp.policy = std::make_shared<const PolicyConfig>(resolved_);
+    if (resolved_.is_dense() && dense_prefill_) rp.prefill_policy = dense_prefill_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      n_tokens_ = 0;
+      n_max_ = n_decode + 1;
+      grant_ = 0;
+      done_ = false;
+      error_.clear();
+      decode_s_ = 0;
+      checksum_ = eval::fnv1a64("");
+      t_submit_ = std::chrono::steady_clock::now();
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    // UniPrefill prefills a long prompt in one chunk (its selection needs the prompt's end).
-    const int32_t chunk = prefill_chunk_for(pre_ ? pre_->policy() : resolved_, len, n_batch);
-    for (int32_t i = 0; i < len; i += chunk)
-      step(std::span<const int32_t>(prompt.data() + i, std::min(chunk, len - i)),
-           pre_ ? pre_.get() : sp_.get());
-    prefill_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    select_ns0_ = sp_ ? sp_->stats.select_ns : 0;
-    attn_ns0_ = fwd_.attention_ns();
-    matmul_ns0_ = fwd_.matmul_ns();
-    run_ns0_ = fwd_.run_ns();
-    decode_s_ = 0;
-    tok_ = argmax(logits_);
-    checksum_ = eval::fnv1a64("");
+    engine_->submit(std::move(rp), [this](const RequestEvent& ev) { on_event(ev); });
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return n_tokens_ > 0 || done_; });
+    if (!error_.empty()) throw UserError(error_);
   }
 
-  // n greedy tokens, timed.
+  // n greedy tokens, timed on the engine's thread from the grant to the n-th token.
   void decode(int32_t n) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int32_t g = 0; g < n; ++g) {
-      step(std::span<const int32_t>(&tok_, 1), sp_.get());
-      tok_ = argmax(logits_);
-      checksum_ = eval::fnv1a64(std::string_view(reinterpret_cast<const char*>(&tok_), sizeof tok_),
-                                checksum_);
-    }
-    decode_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::unique_lock<std::mutex> lock(mu_);
+    grant_ = n;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return grant_ == 0 || done_; });
+    if (!error_.empty()) throw UserError(error_);
   }
 
-  // Ends the repetition: records its figures when measured, frees the sequence.
+  // Ends the repetition: waits for the request's end, records its figures when measured.
   void finish(bool measured, int32_t len, int32_t n_decode) {
-    kv_bytes_ = kv_bytes_held(kv_, seq_, sp_.get());
-    last_ = sp_ ? sp_->stats : SparseStats{};
-    decode_select_ns_ = last_.select_ns - select_ns0_;
-    decode_attn_ns_ = fwd_.attention_ns() - attn_ns0_;
-    decode_matmul_ns_ = fwd_.matmul_ns() - matmul_ns0_;
-    decode_run_ns_ = fwd_.run_ns() - run_ns0_;
-    if (pre_) last_.add(pre_->stats);
-    if (Status s = kv_.free_sequence(seq_); !s) throw UserError(s.message());
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return done_; });
+      if (!error_.empty()) throw UserError(error_);
+    }
+    kv_bytes_ = final_.sparse.kv_bytes_held;
+    last_ = final_.sparse;  // the decode policy's, and a --dense-prefill policy's
+    decode_select_ns_ = end_.select_ns - start_.select_ns;
+    decode_attn_ns_ = end_.attn_ns - start_.attn_ns;
+    decode_matmul_ns_ = end_.matmul_ns - start_.matmul_ns;
+    decode_run_ns_ = end_.run_ns - start_.run_ns;
     if (!measured) return;
     pf_.push_back(len / prefill_s_);
     dc_.push_back(n_decode / decode_s_);
   }
-
   nlohmann::json report(int32_t nt, int32_t len, int32_t n_decode,
                         const std::string& dense_prefill) const {
     // Per decoded token, the last repetition's: planning, attention with its planning, the
@@ -207,55 +229,64 @@ class PolicyRun {
   }
 
  private:
-  static KvStore make_store(const Model& model, const PolicyConfig& policy,
-                            const PolicyConfig* dense_prefill, const BenchOptions& o, int32_t n_ctx,
-                            const SketchProjection& sketch, const std::vector<KvCapacity>& layout) {
-    KvConfig kc = kv_config_for(model.hp, 0, 16, "bench", &layout);
-    kc.sketch_dim = sketch.spec().dim;
-    int64_t max_chunk = o.n_batch;
-    for (int32_t len : o.lengths) {
-      max_chunk = std::max<int64_t>(max_chunk,
-                                    prefill_chunk_for(resolve_auto(policy, len), len, o.n_batch));
-      if (dense_prefill)
-        max_chunk = std::max<int64_t>(max_chunk, prefill_chunk_for(*dense_prefill, len, o.n_batch));
-    }
-    kc.budget_bytes = kv_budget_bytes(model.hp, n_ctx, 1, 16, kc.sketch_dim, max_chunk, &layout);
-    kc.prefix_cache = false;
-    auto store = KvStore::create(kc);
-    if (!store) throw UserError(store.message());
-    return std::move(*store);
+  // Counters at a token: the decode policy's planning time and the forward pass's.
+  struct Marks {
+    int64_t select_ns = 0, attn_ns = 0, matmul_ns = 0, run_ns = 0;
+  };
+  Marks marks(const RequestEvent& ev) const {
+    return {ev.sparse.select_ns, fwd_->attention_ns(), fwd_->matmul_ns(), fwd_->run_ns()};
   }
 
-  void step(std::span<const int32_t> tokens, SparseSeq* sparse) {
-    BatchEntry e;
-    e.seq = seq_;
-    e.tokens = tokens;
-    e.sparse = sparse;
-    reserve_or_throw(kv_, seq_, e.tokens);
-    Status s = fwd_.run(std::span<const BatchEntry>(&e, 1), logits_);
-    if (!s) throw UserError(s.message());
-    if (sp_) {
-      if (Status es = sparse_after_step(kv_, seq_, *sp_, model_.hp); !es)
-        throw UserError(es.message());
+  // On the engine's thread. The first token ends the prefill; every turn's last token parks
+  // the engine until the next grant (the request's last token does not).
+  void on_event(const RequestEvent& ev) {
+    using clock = std::chrono::steady_clock;
+    const auto now = clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ev.finished) {
+      final_ = ev;
+      if (ev.reason == FinishReason::error) error_ = ev.error;
+      done_ = true;
+      cv_.notify_all();
+      return;
     }
+    if (abort_) return;
+    if (++n_tokens_ == 1) {
+      prefill_s_ = std::chrono::duration<double>(now - t_submit_).count();
+      start_ = marks(ev);
+    } else {
+      checksum_ = eval::fnv1a64(
+          std::string_view(reinterpret_cast<const char*>(&ev.token), sizeof ev.token), checksum_);
+      if (--grant_ > 0) return;
+      decode_s_ += std::chrono::duration<double>(now - t_turn_).count();
+      end_ = marks(ev);
+      cv_.notify_all();
+      if (n_tokens_ == n_max_) return;
+    }
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return grant_ > 0 || abort_; });
+    t_turn_ = clock::now();
   }
 
-  const Model& model_;
   PolicyPtr policy_, dense_prefill_;
-  SketchProjection sketch_;
-  std::vector<KvCapacity> layout_;
-  KvStore kv_;
-  Forward fwd_;
+  std::unique_ptr<Engine> engine_;
+  const Forward* fwd_ = nullptr;
   PolicyConfig resolved_;
-  KvSeqId seq_{};
-  std::unique_ptr<SparseSeq> sp_, pre_;
-  std::vector<float> logits_;
-  int32_t tok_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int32_t n_tokens_ = 0;  // tokens of this repetition so far
+  int32_t n_max_ = 0;     // its last token
+  int32_t grant_ = 0;     // tokens left in the current turn
+  bool done_ = false, abort_ = false;
+  std::string error_;
+  RequestEvent final_;
+  Marks start_, end_;
+  std::chrono::steady_clock::time_point t_submit_, t_turn_;
   // FNV-1a over the greedy tokens decoded (the last repetition's): the same for a policy
   // whatever the --round, since each policy's state is its own.
   uint64_t checksum_ = 0;
   double prefill_s_ = 0, decode_s_ = 0;
-  int64_t select_ns0_ = 0, attn_ns0_ = 0, matmul_ns0_ = 0, run_ns0_ = 0;
   std::vector<double> pf_, dc_;
   SparseStats last_;
   int64_t kv_bytes_ = 0, decode_select_ns_ = 0, decode_attn_ns_ = 0, decode_matmul_ns_ = 0,
@@ -361,7 +392,7 @@ int run(BenchOptions o) {
     for (int32_t len : o.lengths) {
       for (auto& r : runs) r->begin_length(len);
       for (int rep = 1 - o.warmup; rep <= o.reps; ++rep) {  // rep <= 0: warm-up
-        for (auto& r : runs) r->prefill(prompt, len, o.n_batch);
+        for (auto& r : runs) r->prefill(prompt, len, o.n_decode);
         // Decode in rounds of --round tokens, the policies taking turns (the first of a round
         // moves on by one each round), so a machine that slows down for a while slows every
         // policy alike and the ratios compare steps that ran side by side.

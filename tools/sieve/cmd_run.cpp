@@ -10,7 +10,6 @@
 #include "command.h"
 #include "core/log.h"
 #include "core/text_file.h"
-#include "engine/generate.h"
 #include "model_cache.h"
 #include "run_common.h"
 
@@ -97,18 +96,13 @@ int run(const RunOptions& o) {
     }
     return true;
   };
-  GenerateStats st;
-  std::string device = "cpu";
-  if (o.backend == "cuda") {
-    GpuRunner gpu(*lm.model, lm.n_ctx, {});
-    st = gpu.generate(ids, g, on_token);
-    device = gpu.device();
-  } else {
-    Generator gen(*lm.model, *lm.pool, lm.n_ctx);
-    auto r = gen.generate(ids, g, on_token);
-    if (!r) throw UserError(r.message());
-    st = *r;
-  }
+  // One engine, on either backend; on_token runs on its thread while this one waits.
+  SequenceEngineOptions so;
+  so.n_ctx = lm.n_ctx;
+  so.pool = lm.pool.get();
+  auto se = make_sequence_engine(*lm.model, o.backend, so);
+  const GenerateStats st = generate_or_throw(*se, ids, g, on_token);
+  const std::string device = device_of(*se);
   if (o.json) {
     nlohmann::json j;
     j["text"] = out;

@@ -26,19 +26,9 @@ struct RequestParams {
   std::vector<std::string> stop;  // stop strings (may span tokens; never emitted)
   bool logprobs = false;          // log-probability of each generated token
   int32_t n_logprobs = 0;         // and of the top n alternatives (0: none)
-<<<<<<< HEAD
   // Log-probability of every prompt token after the first (with n_logprobs alternatives), as
   // OpenAI's echo reports them. The prompt is then computed whole: no prefix-cache hits.
   bool prompt_logprobs = false;
-  PolicyPtr policy;      // sparse attention policy; nullptr: the engine's default
-  int32_t priority = 0;  // lower runs first (admission, prefill order); ties: arrival
-  // The prefix-cache namespace of this request's pages. Unset: its policy's
-  // (policy_cache_salt), so a request reuses only K/V computed the way its own policy would
-  // compute them. `sieve bench --batch-seqs --shared-prefill` sets one salt for every policy
-  // so that all of them decode over one prefill: decode speed does not depend on the values
-  // the keys hold.
-  std::optional<std::string> cache_salt;
-=======
   PolicyPtr policy;  // sparse attention policy; nullptr: the engine's default
   // The policy the prompt is prefilled with, when not `policy` (sieve bench --dense-prefill:
   // a UniPrefill prefill before dense decode); nullptr: `policy`.
@@ -47,7 +37,12 @@ struct RequestParams {
   // tokens). A progress line; must not block.
   std::function<void(int64_t, int64_t)> on_prefill;
   int32_t priority = 0;  // lower runs first (admission, prefill order); ties: arrival
->>>>>>> loop
+  // The prefix-cache namespace of this request's pages. Unset: its policy's
+  // (policy_cache_salt), so a request reuses only K/V computed the way its own policy would
+  // compute them. `sieve bench --batch-seqs --shared-prefill` sets one salt for every policy
+  // so that all of them decode over one prefill: decode speed does not depend on the values
+  // the keys hold.
+  std::optional<std::string> cache_salt;
 };
 
 struct TokenLogprob {

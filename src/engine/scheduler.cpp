@@ -509,15 +509,10 @@ bool Scheduler::step() {
   const auto t_step = std::chrono::steady_clock::now();
   std::vector<BatchEntry> batch;
   for (const Item& it : items) {
-<<<<<<< HEAD
-    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n),
-                     it.r->scoring_prompt(), it.r->sparse.get()});
-=======
     SparseSeq* sp = it.r->p.prefill_policy && it.begin < it.r->n_prompt ? it.r->prefill_sparse.get()
                                                                         : it.r->sparse.get();
-    batch.push_back(
-        {it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n), false, sp});
->>>>>>> loop
+    batch.push_back({it.r->seq, std::span<const int32_t>(it.r->tokens).subspan(it.begin, it.n),
+                     it.r->scoring_prompt(), sp});
   }
   Status s = runner_.run(batch, logits_);
   stats_.steps++;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "engine/engine_generate.h"
 #include "gguf/test_models.h"
 #include "model/model.h"
 
@@ -56,6 +58,31 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
 // Under the sanitizers (SIEVE_TEST_SHORT) the model-driven tests run smaller workloads.
 inline bool test_short_mode() {
   return std::getenv("SIEVE_TEST_SHORT") != nullptr;
+}
+
+// Greedy continuation of n tokens on the CPU engine (one sequence, `threads` threads) under a
+// policy (nullptr: the engine's default): the reference the GPU tests compare with.
+inline Result<std::vector<int32_t>> cpu_greedy_tokens(const Model& m,
+                                                      const std::vector<int32_t>& prompt, int n,
+                                                      PolicyPtr policy, int threads = 2) {
+  ThreadPool pool(threads);
+  SequenceEngineConfig sc;
+  sc.n_ctx = 4096;
+  sc.pool = &pool;
+  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
+  if (!gen) return gen.error();
+  GenerateOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  g.policy = std::move(policy);
+  std::vector<int32_t> out;
+  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  if (!r) return r.error();
+  return out;
 }
 
 }  // namespace sieve

@@ -48,24 +48,11 @@ std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prom
   const std::string key =
       fmt::format("{}|{}|{}|{}", pol->describe(), prompt.size(), prompt.back(), n);
   if (auto it = memo.find(key); it != memo.end()) return it->second;
-  ThreadPool pool(static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 16u)));
-  SequenceEngineConfig sc;
-  sc.n_ctx = 4096;
-  sc.pool = &pool;
-  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
-  EXPECT_TRUE(gen.ok()) << gen.message();
-  if (!gen.ok()) return {};
-  GenerateOptions g;
-  g.n_predict = n;
-  g.sampling.temperature = 0;
-  g.stop_at_eog = false;
-  g.policy = std::move(pol);
-  std::vector<int32_t> out;
-  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
+  auto r =
+      cpu_greedy_tokens(m, prompt, n, std::move(pol),
+                        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 16u)));
   EXPECT_TRUE(r.ok()) << r.message();
+  const std::vector<int32_t> out = r ? *r : std::vector<int32_t>{};
   memo[key] = out;
   return out;
 }

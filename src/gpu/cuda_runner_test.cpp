@@ -41,25 +41,9 @@ PolicyPtr dense() {
 // CPU greedy continuation under a policy (nullptr: dense).
 std::vector<int32_t> cpu_greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
                                 PolicyPtr policy) {
-  ThreadPool pool(2);
-  SequenceEngineConfig sc;
-  sc.n_ctx = 4096;
-  sc.pool = &pool;
-  auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
-  EXPECT_TRUE(gen.ok()) << gen.message();
-  if (!gen.ok()) return {};
-  GenerateOptions g;
-  g.n_predict = n;
-  g.sampling.temperature = 0;
-  g.stop_at_eog = false;
-  g.policy = std::move(policy);
-  std::vector<int32_t> out;
-  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
+  auto r = cpu_greedy_tokens(m, prompt, n, std::move(policy));
   EXPECT_TRUE(r.ok()) << r.message();
-  return out;
+  return r ? *r : std::vector<int32_t>{};
 }
 
 // The engine on the CUDA runner; no prefix cache, so every request computes its own KV.

@@ -81,14 +81,21 @@ Status opt_field(const json& obj, const char* key, const std::string& where, T& 
   return {};
 }
 
+// A JSON number as a float, false when it is past float's range (a cast would be UB).
+bool json_float(const json& v, float& out) {
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) return false;
+  out = static_cast<float>(d);
+  return true;
+}
+
 Result<std::vector<float>> get_floats(const json& v, size_t n, const std::string& where) {
   if (!v.is_array()) return make_error("{} must be an array of numbers", where);
   if (v.size() != n) return make_error("{} has {} entries, expected {}", where, v.size(), n);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     if (!v[i].is_number()) return make_error("{}[{}] is not a number", where, i);
-    out[i] = v[i].get<float>();
-    if (!std::isfinite(out[i])) return make_error("{}[{}] is not finite", where, i);
+    if (!json_float(v[i], out[i])) return make_error("{}[{}] is not a finite float", where, i);
   }
   return out;
 }
@@ -386,8 +393,8 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   if (!st) return st.error();
   st = get_matrix(j, "scores", s.n_layer, s.n_head, p.scores,
                   [](const json& v, float& out, const std::string& where) -> Status {
-                    if (!v.is_number()) return make_error("head plan: {} is not a number", where);
-                    out = v.get<float>();
+                    if (!v.is_number() || !json_float(v, out))
+                      return make_error("head plan: {} is not a finite float", where);
                     return {};
                   });
   if (!st) return st.error();

@@ -127,7 +127,10 @@ TEST(HeadPlan, BadInputIsOneClearError) {
                "\"retrieval\"[1] must have 6 entries");
   expect_error([](json& j) { j["retrieval"][2][3] = 2; }, "\"retrieval\"[2][3] must be 0 or 1");
   expect_error([](json& j) { j["retrieval"][0][0] = 0.5; }, "must be 0 or 1");
-  expect_error([](json& j) { j["scores"][0][1] = "x"; }, "\"scores\"[0][1] is not a number");
+  expect_error([](json& j) { j["scores"][0][1] = "x"; }, "\"scores\"[0][1] is not a finite float");
+  // a double past float's range was cast to float (undefined behaviour) before it was checked
+  expect_error([](json& j) { j["scores"][0][1] = 1e300; },
+               "\"scores\"[0][1] is not a finite float");
   expect_error([](json& j) { j.erase("scores"); }, "missing \"scores\"");
   expect_error([](json& j) { j["indexer"]["d_idx"] = 99; }, "d_idx = 99");
   expect_error([](json& j) { j["indexer"]["layers"].erase(0); }, "array of 3 layers");

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -111,6 +112,8 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
   } catch (const json::parse_error& e) {
     // the position only: the parser's message quotes the text it read
     return make_error("not JSON (parse error at byte {})", e.byte);
+  } catch (const json::exception&) {  // out_of_range for a number like 8e8888 (sketch_basis_fuzz)
+    return make_error("not JSON (a number out of range)");
   }
   // Types are checked before values are read: value() and get() throw on a wrong type, and
   // get<uint8_t>() of 1e300 is an out-of-range cast (sketch_basis_fuzz).
@@ -151,9 +154,11 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
       *out = m[key].get<std::string>();
     }
   }
+  std::vector<double> p64;
   try {
     b.captured = j.at("captured").get<std::vector<double>>();
-    b.p = j.at("p").get<std::vector<float>>();
+    // read as doubles: a value past float's range is rejected below, never cast (UB)
+    p64 = j.at("p").get<std::vector<double>>();
     b.tokens = j.value("tokens", int64_t{0});
   } catch (const json::exception& e) {
     return make_error("fields 'captured', 'p' must be arrays of numbers ({})", e.what());
@@ -163,12 +168,15 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
     return make_error("field 'fitted' needs n_layer = {} entries", b.n_layer);
   if (b.captured.size() != units)
     return make_error("field 'captured' needs n_layer x n_kv_head = {} entries", units);
-  if (b.p.size() != units * b.head_dim * b.dim) {
+  if (p64.size() != units * b.head_dim * b.dim) {
     return make_error("field 'p' needs n_layer x n_kv_head x head_dim x dim = {} values, has {}",
-                      units * b.head_dim * b.dim, b.p.size());
+                      units * b.head_dim * b.dim, p64.size());
   }
-  for (float v : b.p) {
-    if (!std::isfinite(v)) return make_error("field 'p' holds a non-finite value");
+  b.p.reserve(p64.size());
+  for (double v : p64) {
+    if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max())
+      return make_error("field 'p' holds a value that is not a finite float");
+    b.p.push_back(static_cast<float>(v));
   }
   bool any = false;
   for (uint8_t f : b.fitted) any = any || f;

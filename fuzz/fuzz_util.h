@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -64,6 +66,14 @@ inline bool names_special_file(std::string_view s) {
   for (std::string_view bad : {"dev/", "proc/", "sys/", "/dev", "/proc", "/sys"})
     if (s.find(bad) != std::string_view::npos) return true;
   return false;
+}
+
+// A broken invariant: says which (and errno, for the socket calls) before the trap, so a
+// crash report names its cause without a debugger.
+[[noreturn]] inline void die(const char* why) {
+  std::fprintf(stderr, "fuzz invariant broken: %s (errno %d: %s)\n", why, errno,
+               std::strerror(errno));
+  __builtin_trap();
 }
 
 // An error must say something (it reaches a terminal or a JSON error body).

@@ -57,15 +57,16 @@ void handle(HttpExchange& ex) {
   const auto& req = ex.request();
   // What a handler may rely on: a normalised path (the router and the API key check see the
   // same one), lowercased header names, a body within the limit.
-  if (!is_normalised(req.path)) __builtin_trap();
-  if (static_cast<int64_t>(req.body.size()) > limits().max_body_bytes) __builtin_trap();
-  if (req.headers.size() > limits().max_headers) __builtin_trap();
+  if (!is_normalised(req.path)) sieve::fuzz::die("handler got a path that is not normalised");
+  if (static_cast<int64_t>(req.body.size()) > limits().max_body_bytes)
+    sieve::fuzz::die("handler got a body over the limit");
+  if (req.headers.size() > limits().max_headers) sieve::fuzz::die("too many headers");
   for (const auto& [k, v] : req.headers) {
-    if (k.empty()) __builtin_trap();
+    if (k.empty()) sieve::fuzz::die("empty header name");
     for (char c : k)
-      if (c >= 'A' && c <= 'Z') __builtin_trap();
+      if (c >= 'A' && c <= 'Z') sieve::fuzz::die("header name not lowercased");
     for (char c : v)
-      if (c == '\r' || c == '\n' || c == '\0') __builtin_trap();
+      if (c == '\r' || c == '\n' || c == '\0') sieve::fuzz::die("CR, LF or NUL in a header value");
   }
   if (req.path == "/stream") {
     if (!ex.begin_stream(200, "text/plain")) return;
@@ -85,7 +86,7 @@ struct Fixture {
     server = std::make_unique<HttpServer>(limits(), handle, [](int status, std::string_view msg) {
       return "{\"status\":" + std::to_string(status) + "}";
     });
-    if (!server->listen("127.0.0.1", 0)) __builtin_trap();
+    if (!server->listen("127.0.0.1", 0)) sieve::fuzz::die("listen failed");
     server->start();
   }
 };
@@ -98,20 +99,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The normaliser on its own: an accepted path is normalised and normalising is idempotent.
   if (auto p = sieve::server::normalise_path(text)) {
-    if (!is_normalised(*p)) __builtin_trap();
+    if (!is_normalised(*p)) sieve::fuzz::die("normalise_path returned a non-normal path");
     auto again = sieve::server::normalise_path(*p);
-    if (!again || *again != *p) __builtin_trap();
+    if (!again || *again != *p) sieve::fuzz::die("normalise_path is not idempotent");
   } else {
     sieve::fuzz::check_message(p.message());
   }
 
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) __builtin_trap();
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(fx.server->port()));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
+  // Thousands of connections a second can run out of local ports (EADDRNOTAVAIL) while
+  // earlier ones wait out TIME_WAIT: that is the harness's machine, not the server, so wait
+  // for a port (bounded) instead of reporting a crash.
+  int fd = -1;
+  for (int tries = 0;; ++tries) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) sieve::fuzz::die("socket failed");
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
+    const int err = errno;
+    ::close(fd);
+    if ((err != EADDRNOTAVAIL && err != EAGAIN && err != EINTR) || tries >= 200) {
+      errno = err;
+      sieve::fuzz::die("connect failed");
+    }
+    ::usleep(10000);
+  }
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -129,12 +143,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (;;) {
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) __builtin_trap();  // a hang
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      sieve::fuzz::die("no response and no close within 5 s (a hang)");
     if (n <= 0) break;
     resp.append(buf, static_cast<size_t>(n));
   }
+  // The response was read to its end: close with a reset, so this side keeps no TIME_WAIT
+  // port (the source of the EADDRNOTAVAIL above; CI's http_fuzz found connect failing).
+  const linger abort_close{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_close, sizeof(abort_close));
   ::close(fd);
   // Whatever came back is a sequence of HTTP/1.x responses.
-  if (!resp.empty() && !resp.starts_with("HTTP/1.")) __builtin_trap();
+  if (!resp.empty() && !resp.starts_with("HTTP/1."))
+    sieve::fuzz::die("the reply is not an HTTP/1.x response");
   return 0;
 }

@@ -156,6 +156,9 @@ Result<std::string> normalise_path(std::string_view t) {
       if (hi < 0 || lo < 0) return make_error("bad percent escape in the path");
       c = static_cast<char>(hi * 16 + lo);
       i += 2;
+      // %25 would leave a '%' that a second decoding reads as another escape (double
+      // encoding): no route has one, so the decoded path stays one that decodes to itself.
+      if (c == '%') return make_error("an encoded '%' (%25) in the path");
     }
     if (c == '\0') return make_error("NUL in the path");
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)

@@ -36,6 +36,23 @@ TEST(NormalisePath, RejectsBadTargets) {
   }
 }
 
+TEST(NormalisePath, DecodesToAPathThatDecodesToItself) {
+  // http_fuzz: "/.0mod%2e%25.0mW" decoded to "/.0mod.%.0mW", which a second pass rejects; a
+  // double-encoded "%252e%252e" would decode to "%2e%2e" and then to "..".
+  for (const char* t : {"/.0mod%2e%25.0mW", "/v1/%252e%252e/x", "/%25"}) {
+    auto p = normalise_path(t);
+    ASSERT_FALSE(p) << t << " -> " << *p;
+    EXPECT_NE(p.message().find("%25"), std::string::npos) << p.message();
+  }
+  for (const char* t : {"/v1/%2e%2e/v1/models", "/a/%41b", "/x.y/z%20w"}) {
+    auto p = normalise_path(t);
+    ASSERT_TRUE(p) << t;
+    auto again = normalise_path(*p);
+    ASSERT_TRUE(again) << *p;
+    EXPECT_EQ(*again, *p);
+  }
+}
+
 // A live server on a free port with a handler that echoes what it saw.
 class HttpServerTest : public ::testing::Test {
  protected:

@@ -173,8 +173,9 @@ std::string markdown_report(std::span<const SampleRecord> records, const ReportM
         if (avg.empty()) continue;
         int64_t n_tasks = 0;  // tasks of this suite the policy has at any length
         for (const std::string& t : tasks_of(prow)) {
-          n_tasks += std::any_of(prow.begin(), prow.end(), [&](const SummaryRow& r) {
-            return r.task == t && (*suite == '\0' || r.suite == suite);
+          // a copy: clang before 16 cannot capture a structured binding
+          n_tasks += std::any_of(prow.begin(), prow.end(), [&, s = suite](const SummaryRow& r) {
+            return r.task == t && (*s == '\0' || r.suite == s);
           });
         }
         md += std::string("| ") + label + " |";

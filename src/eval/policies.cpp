@@ -99,7 +99,11 @@ json policy_request_json(const PolicyConfig& p) {
   for (size_t i = 1; i < items.size(); ++i) {
     const size_t eq = items[i].find('=');
     if (eq == std::string::npos) continue;
-    j[items[i].substr(0, eq)] = knob_value(items[i].substr(eq + 1));
+    const std::string key = items[i].substr(0, eq), value = items[i].substr(eq + 1);
+    // A server never opens a path a request names: it serves the files its operator
+    // registered, a plain FILE under its file name (sieve serve --head-plan FILE).
+    j[key] = key == "head_plan" || key == "sketch_basis" ? json(registered_file_name(value))
+                                                         : knob_value(value);
   }
   return j;
 }

@@ -90,6 +90,18 @@ TEST(PolicyList, RequestObjectRoundTripsThroughTheServersParser) {
   EXPECT_EQ(policy_request_json(*make_policy("dense")), (json{{"policy", "dense"}}));
 }
 
+TEST(PolicyList, RequestJsonNamesFilesAsTheServerRegistersThem) {
+  // A server refuses a path in a request (it opens only the files registered at start, a plain
+  // FILE under its file name): eval --server sends that name, never the path.
+  auto p = make_policy("tokenselect");
+  ASSERT_TRUE(p.ok());
+  p->head_plan = "/plans/qwen-0.5b.heads.json";
+  p->sketch_basis = "bases/basis.json";
+  const json j = policy_request_json(*p);
+  EXPECT_EQ(j["head_plan"], "qwen-0.5b.heads") << j.dump();
+  EXPECT_EQ(j["sketch_basis"], "basis") << j.dump();
+}
+
 TEST(PolicyList, HeadPlanGoesToEveryRtpurboItemOnly) {
   std::vector<std::string> items = {"dense", "rtpurbo", "rtpurbo:top_p=0.8", "tokenselect"};
   ASSERT_TRUE(attach_head_plan(items, "h.json", "--policy").ok());

@@ -19,9 +19,7 @@ Result<std::pair<std::string, std::string>> split_named_file(std::string_view sp
     file = std::string(spec.substr(eq + 1));
   } else {
     file = std::string(spec);
-    const size_t slash = file.rfind('/');
-    name = file.substr(slash == std::string::npos ? 0 : slash + 1);
-    if (const size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0) name.resize(dot);
+    name = registered_file_name(file);
   }
   if (file.empty()) return make_error("{} {}: expected NAME=FILE or FILE", flag, spec);
   if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
@@ -83,6 +81,13 @@ Status set_registered(std::string_view knob, const nlohmann::json& v,
 }
 
 }  // namespace
+
+std::string registered_file_name(std::string_view file) {
+  const size_t slash = file.rfind('/');
+  std::string name(file.substr(slash == std::string_view::npos ? 0 : slash + 1));
+  if (const size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0) name.resize(dot);
+  return name;
+}
 
 Status PolicyFiles::add_head_plan(std::string_view spec) {
   return add_named(head_plans, spec, "--head-plan", &load_plan);

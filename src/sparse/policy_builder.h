@@ -24,6 +24,11 @@ struct PolicyFiles {
   Status add_sketch_basis(std::string_view spec);
 };
 
+// The name a plain FILE is registered under: its file name without directory and extension
+// ("/x/plan.v2.json" -> "plan.v2"). A client that knows the file (sieve eval --server) sends
+// this name.
+std::string registered_file_name(std::string_view file);
+
 // The sources of one policy. Knobs apply in this order, a later source overriding an earlier:
 //   1. the preset: a request's "policy", else the policy file's, else `item`'s name, else
 //      `base` (knobs adjust it), else auto; `item` and the file must not name different presets

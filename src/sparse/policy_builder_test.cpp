@@ -84,6 +84,13 @@ TEST(PolicyBuilder, ListSetsTuneSparseItemsOnly) {
 
 // A request names a registered head plan or sketch basis; a path in a request is never opened
 // (issue 44: /dev/zero, a FIFO or a secret JSON file named by a request).
+TEST(PolicyBuilder, RegisteredFileNameIsTheFileNameWithoutDirectoryOrExtension) {
+  EXPECT_EQ(registered_file_name("/x/y/heads.json"), "heads");
+  EXPECT_EQ(registered_file_name("heads.v2.json"), "heads.v2");
+  EXPECT_EQ(registered_file_name("dir/.hidden"), ".hidden");
+  EXPECT_EQ(registered_file_name("plain"), "plain");
+}
+
 TEST(PolicyBuilder, RequestFileKnobsNameRegisteredFilesOnly) {
   const std::string secret = ::testing::TempDir() + "/policy_builder_secret.json";
   {

@@ -69,6 +69,10 @@ struct RequestEvent {
   bool finished = false;
   FinishReason reason = FinishReason::none;
   std::string error;  // when reason == error
+  // When reason == error: "" for the engine's own failure (a server's 500), else the request
+  // cannot run as given (a 400) and this is its OpenAI-style code: "context_length_exceeded"
+  // (the prompt does not fit the context or the whole KV pool) or "invalid_request".
+  std::string error_code;
   // Totals, on the final event.
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens served by the prefix cache

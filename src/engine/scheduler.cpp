@@ -142,13 +142,14 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
   r->n_prompt = static_cast<int32_t>(params.prompt.size());
   r->tokens = params.prompt;
   r->p = std::move(params);
-  std::string err;
+  std::string err, code = "invalid_request";
   if (r->p.prompt.empty())
     err = "the prompt is empty";
-  else if (r->n_prompt >= cfg_.n_ctx)
+  else if (r->n_prompt >= cfg_.n_ctx) {
     err = fmt::format("the prompt has {} tokens; the context is {} (context_length_exceeded)",
                       r->n_prompt, cfg_.n_ctx);
-  else if (r->p.max_tokens < 0)
+    code = "context_length_exceeded";
+  } else if (r->p.max_tokens < 0)
     err = "max_tokens must be >= 0";
   else if (Status s = validate(r->p.sampling); !s)
     err = s.message();
@@ -162,6 +163,21 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
       r->prefill_policy = resolve_auto(*r->p.prefill_policy, r->n_prompt);
       if (Status st = check_policy(r->prefill_policy); !st) err = st.message();
     }
+    if (err.empty() && !r->policy.evicts()) {
+      // A policy that keeps every token needs at least prompt x bytes-per-token of pages even
+      // in an empty pool: refuse such a prompt now instead of after it has waited for every
+      // running request to leave.
+      const KvStats ks = kv_.stats();
+      const int64_t pool = static_cast<int64_t>(ks.n_pages_total) * ks.page_bytes;
+      if (ks.bytes_per_token_full > 0 &&
+          static_cast<int64_t>(r->n_prompt) * ks.bytes_per_token_full > pool) {
+        err = fmt::format(
+            "the prompt has {} tokens; the whole KV pool holds {} tokens of context for this "
+            "model; raise the KV memory budget or shorten the prompt (context_length_exceeded)",
+            r->n_prompt, pool / ks.bytes_per_token_full);
+        code = "context_length_exceeded";
+      }
+    }
   }
   if (err.empty()) {
     for (int32_t t : r->p.prompt) {
@@ -173,7 +189,7 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
   }
   id = r->id;
   if (!err.empty()) {
-    finish(*r, FinishReason::error, err);
+    finish(*r, FinishReason::error, err, code);
     return id;
   }
   r->sampler = std::make_unique<Sampler>(r->p.sampling);
@@ -196,7 +212,8 @@ void Scheduler::release_kv(Req& r) {
   r.has_seq = false;
 }
 
-void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
+void Scheduler::finish(Req& r, FinishReason reason, const std::string& error,
+                       const std::string& error_code) {
   if (r.done) return;
   r.done = true;
   release_kv(r);
@@ -205,6 +222,7 @@ void Scheduler::finish(Req& r, FinishReason reason, const std::string& error) {
   ev.finished = true;
   ev.reason = reason;
   ev.error = error;
+  ev.error_code = error_code;
   // Text held back for a possible stop string is released unless a stop string matched.
   if (reason != FinishReason::error) ev.text = std::move(r.held);
   if (r.p.prompt_logprobs && !r.prompt_lp_sent) {
@@ -489,7 +507,8 @@ bool Scheduler::step() {
       finish(*victim, FinishReason::error,
              fmt::format("the KV pool is too small for this request ({} pages missing); raise the "
                          "KV memory budget",
-                         room->n_pages_missing()));
+                         room->n_pages_missing()),
+             "context_length_exceeded");
       running_.clear();
       return true;
     }

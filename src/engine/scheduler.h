@@ -102,7 +102,8 @@ class Scheduler {
  private:
   struct Req;
   void normalize_config();
-  void finish(Req& r, FinishReason reason, const std::string& error = {});
+  void finish(Req& r, FinishReason reason, const std::string& error = {},
+              const std::string& error_code = {});
   void preempt(Req& r);
   void release_kv(Req& r);
   void admit();

@@ -236,6 +236,37 @@ TEST(Scheduler, StressPreemptionAndCancellationLoseNothing) {
   EXPECT_TRUE(kv.check_invariants().ok());
 }
 
+TEST(Scheduler, PromptLargerThanTheWholePoolIsRefusedAtSubmit) {
+  // Before: it waited until nothing else ran, then failed as an engine error (a 500).
+  auto m = smollm2();
+  if (!m) GTEST_SKIP() << "smollm2.gguf not found";
+  ThreadPool pool(2);
+  KvStore kv = make_store(*m, kv_budget_bytes(m->hp, 64, 1, 16));
+  SchedulerConfig sc;
+  sc.n_ctx = 1024;
+  Scheduler s(*m, pool, kv, sc);
+  RequestParams p;
+  for (int i = 0; i < 200; ++i) p.prompt.push_back(100 + i);
+  p.max_tokens = 4;
+  p.policy = std::make_shared<const PolicyConfig>(*make_policy("dense"));
+  RequestEvent last;
+  s.submit(p, [&](const RequestEvent& e) { last = e; });
+  ASSERT_TRUE(last.finished) << "answered at submit, before any step";
+  EXPECT_EQ(last.reason, FinishReason::error);
+  EXPECT_EQ(last.error_code, "context_length_exceeded");
+  EXPECT_NE(last.error.find("KV memory budget"), std::string::npos) << last.error;
+  // A policy that evicts may run a prompt longer than the pool: not refused up front.
+  p.policy = std::make_shared<const PolicyConfig>(*make_policy("h2o"));
+  RequestEvent other;
+  s.submit(p, [&](const RequestEvent& e) { other = e; });
+  EXPECT_FALSE(other.finished) << other.error;
+  // Any request the engine cannot run as given carries a code (a server's 400).
+  RequestParams empty;
+  RequestEvent e0;
+  s.submit(empty, [&](const RequestEvent& e) { e0 = e; });
+  EXPECT_EQ(e0.error_code, "invalid_request");
+}
+
 // Greedy tokens of one request run alone.
 std::vector<int32_t> run_alone(const Model& m, ThreadPool& pool, const SchedulerConfig& sc,
                                const RequestParams& p) {

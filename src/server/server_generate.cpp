@@ -447,13 +447,18 @@ void Server::run_generation(HttpExchange& ex, const GenRequest& g,
 
   if (failed) {
     const FinishReason reason = failed->done ? failed->final_ev.reason : FinishReason::cancelled;
-    const ApiError err = reason == FinishReason::cancelled
-                             ? ApiError{503, "the server is shutting down; the request was aborted",
-                                        "",  "server_shutting_down",
-                                        "",  json::object()}
-                             : ApiError{500, "generation failed: " + failed->final_ev.error,
-                                        "",  "generation_failed",
-                                        "",  json::object()};
+    const ApiError err =
+        reason == FinishReason::cancelled
+            ? ApiError{503, "the server is shutting down; the request was aborted",
+                       "",  "server_shutting_down",
+                       "",  json::object()}
+        : !failed->final_ev.error_code.empty()
+            // the request cannot run as given: the client's to change
+            ? ApiError{400, failed->final_ev.error, "", failed->final_ev.error_code,
+                       "",  json::object()}
+            : ApiError{500, "generation failed: " + failed->final_ev.error,
+                       "",  "generation_failed",
+                       "",  json::object()};
     metrics_.count_error(error_type_for(err.status));
     if (!g.stream) {
       if (err.status == 503) ex.close_after();

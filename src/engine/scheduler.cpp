@@ -316,7 +316,8 @@ void Scheduler::admit() {
                room ? fmt::format("the prompt needs {} KV pages but the pool has only {}; raise "
                                   "the KV memory budget",
                                   room->n_pages_needed, room->n_pages_available)
-                    : room.message());
+                    : room.message(),
+               room ? "context_length_exceeded" : "");
         waiting_.pop_front();
         continue;
       }

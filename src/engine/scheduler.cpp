@@ -163,21 +163,6 @@ RequestId Scheduler::submit(RequestParams params, RequestCallback cb, RequestId 
       r->prefill_policy = resolve_auto(*r->p.prefill_policy, r->n_prompt);
       if (Status st = check_policy(r->prefill_policy); !st) err = st.message();
     }
-    if (err.empty() && !r->policy.evicts()) {
-      // A policy that keeps every token needs at least prompt x bytes-per-token of pages even
-      // in an empty pool: refuse such a prompt now instead of after it has waited for every
-      // running request to leave.
-      const KvStats ks = kv_.stats();
-      const int64_t pool = static_cast<int64_t>(ks.n_pages_total) * ks.page_bytes;
-      if (ks.bytes_per_token_full > 0 &&
-          static_cast<int64_t>(r->n_prompt) * ks.bytes_per_token_full > pool) {
-        err = fmt::format(
-            "the prompt has {} tokens; the whole KV pool holds {} tokens of context for this "
-            "model; raise the KV memory budget or shorten the prompt (context_length_exceeded)",
-            r->n_prompt, pool / ks.bytes_per_token_full);
-        code = "context_length_exceeded";
-      }
-    }
   }
   if (err.empty()) {
     for (int32_t t : r->p.prompt) {
@@ -311,13 +296,16 @@ void Scheduler::admit() {
     auto room = kv_.plan(std::span<const KvAppend>(&app, 1));
     if (!room || !room->fits()) {
       (void)kv_.free_sequence(added->seq);
-      if (running_.empty()) {
-        finish(r, FinishReason::error,
-               room ? fmt::format("the prompt needs {} KV pages but the pool has only {}; raise "
-                                  "the KV memory budget",
-                                  room->n_pages_needed, room->n_pages_available)
-                    : room.message(),
-               room ? "context_length_exceeded" : "");
+      // A prompt that needs more pages than the whole pool could never run: refuse it now,
+      // not after every running request has left (alone, not fitting means the same).
+      if (running_.empty() || (room && room->n_pages_needed > kv_.pool().n_pages())) {
+        finish(
+            r, FinishReason::error,
+            room ? fmt::format("the prompt needs {} KV pages but the pool has only {} ({} "
+                               "of them free now); raise the KV memory budget",
+                               room->n_pages_needed, kv_.pool().n_pages(), room->n_pages_available)
+                 : room.message(),
+            room ? "context_length_exceeded" : "");
         waiting_.pop_front();
         continue;
       }

@@ -236,7 +236,7 @@ TEST(Scheduler, StressPreemptionAndCancellationLoseNothing) {
   EXPECT_TRUE(kv.check_invariants().ok());
 }
 
-TEST(Scheduler, PromptLargerThanTheWholePoolIsRefusedAtSubmit) {
+TEST(Scheduler, PromptLargerThanTheWholePoolIsRefusedWhileOthersRun) {
   // Before: it waited until nothing else ran, then failed as an engine error (a 500).
   auto m = smollm2();
   if (!m) GTEST_SKIP() << "smollm2.gguf not found";
@@ -245,21 +245,31 @@ TEST(Scheduler, PromptLargerThanTheWholePoolIsRefusedAtSubmit) {
   SchedulerConfig sc;
   sc.n_ctx = 1024;
   Scheduler s(*m, pool, kv, sc);
-  RequestParams p;
-  for (int i = 0; i < 200; ++i) p.prompt.push_back(100 + i);
-  p.max_tokens = 4;
-  p.policy = std::make_shared<const PolicyConfig>(*make_policy("dense"));
-  RequestEvent last;
-  s.submit(p, [&](const RequestEvent& e) { last = e; });
-  ASSERT_TRUE(last.finished) << "answered at submit, before any step";
-  EXPECT_EQ(last.reason, FinishReason::error);
-  EXPECT_EQ(last.error_code, "context_length_exceeded");
-  EXPECT_NE(last.error.find("KV memory budget"), std::string::npos) << last.error;
-  // A policy that evicts may run a prompt longer than the pool: not refused up front.
-  p.policy = std::make_shared<const PolicyConfig>(*make_policy("h2o"));
-  RequestEvent other;
-  s.submit(p, [&](const RequestEvent& e) { other = e; });
-  EXPECT_FALSE(other.finished) << other.error;
+  RequestParams small;
+  small.prompt = prompt_of(*m, 0);
+  small.max_tokens = 24;
+  small.stop_at_eog = false;
+  RequestEvent small_last;
+  s.submit(small, [&](const RequestEvent& e) { small_last = e; });
+  ASSERT_TRUE(s.step());
+  // Admission needs the whole prompt's pages under every policy, an evicting one too.
+  for (const char* preset : {"dense", "h2o"}) {
+    RequestParams big;
+    for (int i = 0; i < 200; ++i) big.prompt.push_back(100 + i);
+    big.max_tokens = 4;
+    big.policy = std::make_shared<const PolicyConfig>(*make_policy(preset));
+    RequestEvent last;
+    s.submit(big, [&](const RequestEvent& e) { last = e; });
+    ASSERT_TRUE(s.step());
+    ASSERT_TRUE(last.finished) << preset << ": refused at its first admission";
+    EXPECT_FALSE(small_last.finished) << preset << ": while the small request still runs";
+    EXPECT_EQ(last.reason, FinishReason::error);
+    EXPECT_EQ(last.error_code, "context_length_exceeded");
+    EXPECT_NE(last.error.find("KV memory budget"), std::string::npos) << last.error;
+  }
+  while (s.step()) {
+  }
+  EXPECT_EQ(small_last.reason, FinishReason::length) << small_last.error;
   // Any request the engine cannot run as given carries a code (a server's 400).
   RequestParams empty;
   RequestEvent e0;

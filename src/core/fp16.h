@@ -1,10 +1,21 @@
-// IEEE binary16 and bfloat16 conversions (portable, exact; subnormals included).
+// IEEE binary16 and bfloat16 conversions (portable, exact; subnormals included), and the
+// checked double -> float narrowing the file loaders use.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace sieve {
+
+// `d` as a float, false when it is not finite or past float's range (there a cast is
+// undefined behaviour): numbers read from JSON files arrive as doubles.
+inline bool narrow_to_float(double d, float& out) {
+  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) return false;
+  out = static_cast<float>(d);
+  return true;
+}
 
 inline float f32_from_bits(uint32_t u) {
   float f;

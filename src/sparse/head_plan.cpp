@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/fp16.h"
 #include "core/text_file.h"
 
 #include <algorithm>
@@ -81,21 +82,14 @@ Status opt_field(const json& obj, const char* key, const std::string& where, T& 
   return {};
 }
 
-// A JSON number as a float, false when it is past float's range (a cast would be UB).
-bool json_float(const json& v, float& out) {
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<float>::max()) return false;
-  out = static_cast<float>(d);
-  return true;
-}
-
 Result<std::vector<float>> get_floats(const json& v, size_t n, const std::string& where) {
   if (!v.is_array()) return make_error("{} must be an array of numbers", where);
   if (v.size() != n) return make_error("{} has {} entries, expected {}", where, v.size(), n);
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
     if (!v[i].is_number()) return make_error("{}[{}] is not a number", where, i);
-    if (!json_float(v[i], out[i])) return make_error("{}[{}] is not a finite float", where, i);
+    if (!narrow_to_float(v[i].get<double>(), out[i]))
+      return make_error("{}[{}] is not a finite float", where, i);
   }
   return out;
 }
@@ -393,7 +387,7 @@ Result<HeadPlan> head_plan_from_json(std::string_view text) {
   if (!st) return st.error();
   st = get_matrix(j, "scores", s.n_layer, s.n_head, p.scores,
                   [](const json& v, float& out, const std::string& where) -> Status {
-                    if (!v.is_number() || !json_float(v, out))
+                    if (!v.is_number() || !narrow_to_float(v.get<double>(), out))
                       return make_error("head plan: {} is not a finite float", where);
                     return {};
                   });

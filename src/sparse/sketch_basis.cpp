@@ -2,12 +2,12 @@
 
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "core/fp16.h"
 #include "core/text_file.h"
 #include "sparse/indexer.h"
 
@@ -172,11 +172,10 @@ Result<SketchBasis> basis_from_json(const std::string& text) {
     return make_error("field 'p' needs n_layer x n_kv_head x head_dim x dim = {} values, has {}",
                       units * b.head_dim * b.dim, p64.size());
   }
-  b.p.reserve(p64.size());
-  for (double v : p64) {
-    if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max())
+  b.p.resize(p64.size());
+  for (size_t i = 0; i < p64.size(); ++i) {
+    if (!narrow_to_float(p64[i], b.p[i]))
       return make_error("field 'p' holds a value that is not a finite float");
-    b.p.push_back(static_cast<float>(v));
   }
   bool any = false;
   for (uint8_t f : b.fitted) any = any || f;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,38 @@ inline bool test_short_mode() {
   return std::getenv("SIEVE_TEST_SHORT") != nullptr;
 }
 
+// Greedy continuation of n tokens under a policy through `generate(options, on_token)` (a
+// SequenceEngine's generate or generate_with_engine on an engine); `stats` gets the run's
+// sparse counters.
+template <class Generate>
+Result<std::vector<int32_t>> greedy_tokens(Generate&& generate, int n, PolicyPtr policy,
+                                           SparseStats* stats = nullptr) {
+  GenerateOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  g.policy = std::move(policy);
+  std::vector<int32_t> out;
+  auto r = generate(g, [&](int32_t t) {
+    out.push_back(t);
+    return true;
+  });
+  if (!r) return r.error();
+  if (stats) *stats = r->sparse;
+  return out;
+}
+
+// The same on a GPU test's engine (the runner under test).
+inline Result<std::vector<int32_t>> greedy_tokens_on(Engine& e, const std::vector<int32_t>& prompt,
+                                                     int n, PolicyPtr policy,
+                                                     SparseStats* stats = nullptr) {
+  return greedy_tokens(
+      [&](const GenerateOptions& g, const std::function<bool(int32_t)>& on_token) {
+        return generate_with_engine(e, prompt, g, on_token);
+      },
+      n, std::move(policy), stats);
+}
+
 // Greedy continuation of n tokens on the CPU engine (one sequence, `threads` threads) under a
 // policy (nullptr: the engine's default): the reference the GPU tests compare with.
 inline Result<std::vector<int32_t>> cpu_greedy_tokens(const Model& m,
@@ -71,18 +104,11 @@ inline Result<std::vector<int32_t>> cpu_greedy_tokens(const Model& m,
   sc.pool = &pool;
   auto gen = SequenceEngine::create(std::shared_ptr<const Model>(&m, [](const Model*) {}), sc);
   if (!gen) return gen.error();
-  GenerateOptions g;
-  g.n_predict = n;
-  g.sampling.temperature = 0;
-  g.stop_at_eog = false;
-  g.policy = std::move(policy);
-  std::vector<int32_t> out;
-  auto r = (*gen)->generate(prompt, g, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
-  if (!r) return r.error();
-  return out;
+  return greedy_tokens(
+      [&](const GenerateOptions& g, const std::function<bool(int32_t)>& on_token) {
+        return (*gen)->generate(prompt, g, on_token);
+      },
+      n, std::move(policy));
 }
 
 }  // namespace sieve

@@ -75,19 +75,9 @@ std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, PolicyPtr def
 
 std::vector<int32_t> gpu_greedy(Engine& e, const std::vector<int32_t>& prompt, int n, PolicyPtr pol,
                                 SparseStats* stats) {
-  GenerateOptions g;
-  g.n_predict = n;
-  g.sampling.temperature = 0;
-  g.stop_at_eog = false;
-  g.policy = std::move(pol);
-  std::vector<int32_t> out;
-  auto r = generate_with_engine(e, prompt, g, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
+  auto r = greedy_tokens_on(e, prompt, n, std::move(pol), stats);
   EXPECT_TRUE(r.ok()) << r.message();
-  if (r && stats) *stats = r->sparse;
-  return out;
+  return r ? *r : std::vector<int32_t>{};
 }
 
 constexpr int k_new = 8;  // tokens generated per check

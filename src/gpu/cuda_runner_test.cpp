@@ -62,19 +62,9 @@ std::unique_ptr<Engine> gpu_engine(std::shared_ptr<const Model> m, int32_t max_r
 
 std::vector<int32_t> gpu_greedy(Engine& e, const std::vector<int32_t>& prompt, int n,
                                 PolicyPtr policy, SparseStats* stats = nullptr) {
-  GenerateOptions g;
-  g.n_predict = n;
-  g.sampling.temperature = 0;
-  g.stop_at_eog = false;
-  g.policy = policy ? std::move(policy) : dense();
-  std::vector<int32_t> out;
-  auto r = generate_with_engine(e, prompt, g, [&](int32_t t) {
-    out.push_back(t);
-    return true;
-  });
+  auto r = greedy_tokens_on(e, prompt, n, policy ? std::move(policy) : dense(), stats);
   EXPECT_TRUE(r.ok()) << r.message();
-  if (r && stats) *stats = r->sparse;
-  return out;
+  return r ? *r : std::vector<int32_t>{};
 }
 
 // The runner directly, over a store of device rows (256 MiB of pages, no prefix cache).
